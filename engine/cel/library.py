@@ -1,0 +1,55 @@
+"""The contract between the compiler and the function libraries.
+
+Each library module (``strings``, ``timestamps``, ``quantity``, ...) exports:
+
+``FUNCTIONS: dict[str, Callable[..., object]]``
+    global-call functions, ``name(args...)``, e.g. ``quantity('1Gi')``.
+``METHODS: dict[str, dict[type, Callable[..., object]]]``
+    receiver-style functions, ``recv.name(args...)``, keyed by the exact Python
+    type of the receiver (``type(recv)``); called as ``impl(recv, *args)``.
+``RESULT_TYPES: dict[str, str]``
+    the CEL type name a function or method always returns (for static checks);
+    omitted where it depends on the arguments.
+
+Implementations take plain run-time values (see ``values``), raise
+``EvalError`` subclasses with CEL-style messages for bad input, and
+``no_such_overload(name, *args)`` for argument types or counts they do not take.
+This module merges the libraries into the tables the generated code calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from .errors import no_such_overload
+
+Function = Callable[..., Any]
+
+
+class Library:
+    """Merged function tables of several library modules."""
+
+    def __init__(self, modules: list[ModuleType]) -> None:
+        self.functions: dict[str, Function] = {}
+        self.methods: dict[str, dict[type, Function]] = {}
+        self.result_types: dict[str, str] = {}
+        for module in modules:
+            self.functions.update(getattr(module, "FUNCTIONS", {}))
+            for name, by_type in getattr(module, "METHODS", {}).items():
+                self.methods.setdefault(name, {}).update(by_type)
+            self.result_types.update(getattr(module, "RESULT_TYPES", {}))
+
+    def method(self, name: str) -> Function:
+        """A dispatcher for ``recv.name(...)`` over every receiver type that has it."""
+        table = self.methods[name]
+
+        def dispatch(recv: Any, *args: Any) -> Any:
+            impl = table.get(type(recv))
+            if impl is None:
+                raise no_such_overload(name, recv, *args)
+            return impl(recv, *args)
+
+        dispatch.__name__ = f"method_{name}"
+        return dispatch

@@ -1,0 +1,104 @@
+"""How CEL values are represented at run time.
+
+Values are the plain Python objects JSON decoding produces, so Kubernetes
+objects need no conversion: null=None, bool, int (int64), float (double),
+str, bytes, list, dict. The CEL types JSON has no word for get small classes:
+``UInt`` (uint64), ``CelType`` (type values), ``Optional``; timestamps,
+durations and the Kubernetes library types live in their own modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+UINT64_MAX: Final = 2**64 - 1
+
+
+class UInt(int):
+    """A CEL uint. A subclass of int so arithmetic is cheap; ``type(x) is UInt``
+    tells it apart from a CEL int."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{int(self)}u"
+
+
+class CelType:
+    """A CEL type value, as returned by ``type(x)``; equal by name."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is CelType and other.name == self.name  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(("CelType", self.name))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Optional:
+    """CEL's ``optional_type``: a value that may be absent."""
+
+    __slots__ = ("value", "present")
+
+    def __init__(self, value: Any = None, present: bool = True) -> None:
+        self.value = value
+        self.present = present
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Optional:
+            return False
+        if not self.present or not other.present:  # type: ignore[attr-defined]
+            return self.present == other.present  # type: ignore[attr-defined]
+        from .operators import equals
+
+        return equals(self.value, other.value)  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(("Optional", self.present))
+
+    def __repr__(self) -> str:
+        return f"optional.of({self.value!r})" if self.present else "optional.none()"
+
+
+OPTIONAL_NONE: Final = Optional(None, False)
+
+# Registry of names for the classes other modules define (timestamps, quantity, ...).
+# A module that defines a CEL type registers it here at import time.
+_TYPE_NAMES: dict[type, str] = {
+    type(None): "null_type",
+    bool: "bool",
+    int: "int",
+    UInt: "uint",
+    float: "double",
+    str: "string",
+    bytes: "bytes",
+    list: "list",
+    tuple: "list",
+    dict: "map",
+    CelType: "type",
+    Optional: "optional_type",
+}
+
+
+def register_type(cls: type, name: str) -> None:
+    """Give a library class its CEL type name (``type(x)`` and error messages use it)."""
+    _TYPE_NAMES[cls] = name
+
+
+def type_name(value: object) -> str:
+    """The CEL type name of a run-time value."""
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def type_of(value: object) -> CelType:
+    """``type(value)`` in CEL."""
+    return CelType(type_name(value))
