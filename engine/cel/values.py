@@ -65,6 +65,12 @@ class Optional:
     def __hash__(self) -> int:
         return hash(("Optional", self.present))
 
+    def __getitem__(self, key: Any) -> "Optional":
+        # `.field` and `[key]` on an optional chain: an absent step gives optional.none().
+        from .operators import optional_index
+
+        return optional_index(self, key)
+
     def __repr__(self) -> str:
         return f"optional.of({self.value!r})" if self.present else "optional.none()"
 

@@ -1,0 +1,63 @@
+"""kpe's CEL: parse once, compile to Python over raw Kubernetes JSON, evaluate many times.
+
+    >>> program = compile("node.metadata.labels['zone'] == pod.metadata.labels['zone']", variables=["pod", "node"])
+    >>> program.evaluate({"pod": pod, "node": node})
+    >>> per_node = program.bind(pod=pod)      # pod-only parts computed once
+    >>> per_node(node=node)
+
+Evaluation errors raise ``EvalError`` (or a subclass) with a CEL-style message;
+compile errors raise ``CompileError`` with line, column and a caret snippet.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from functools import lru_cache
+
+from .errors import (
+    CelError,
+    CompileError,
+    CostLimitError,
+    DivisionByZeroError,
+    EvalError,
+    IntOverflowError,
+    NoSuchKeyError,
+    NoSuchOverloadError,
+)
+from .library import Library
+from .program import DEFAULT_COST_LIMIT, Program
+from .values import CelType, Optional, UInt
+
+# Core CEL, the extensions Kubernetes enables, and Kubernetes' own libraries.
+LIBRARY_MODULES = (
+    "runtime", "strings", "conversions", "timestamps", "regex", "lists", "quantity", "semver", "network", "urls",
+)
+
+
+@lru_cache(maxsize=1)
+def default_library() -> Library:
+    return Library([importlib.import_module(f"{__name__}.{name}") for name in LIBRARY_MODULES])
+
+
+def compile(  # noqa: A001 - the public name the rest of kpe and external checks use
+    text: str,
+    *,
+    variables: Iterable[str] = (),
+    check: bool = True,
+    cost_limit: int = DEFAULT_COST_LIMIT,
+) -> Program:
+    """Compile ``text`` over the declared ``variables``.
+
+    With ``check`` (the default) an undeclared identifier or function, or an
+    operator applied to types that have no overload, is a ``CompileError``;
+    without it those become evaluation errors. ``cost_limit`` bounds the
+    comprehension iterations of one evaluation.
+    """
+    return Program(text, variables=variables, library=default_library(), check=check, cost_limit=cost_limit)
+
+
+__all__ = [
+    "CelError", "CelType", "CompileError", "CostLimitError", "DivisionByZeroError", "EvalError", "IntOverflowError",
+    "NoSuchKeyError", "NoSuchOverloadError", "Optional", "Program", "UInt", "compile", "default_library",
+]

@@ -1,0 +1,642 @@
+"""CEL syntax tree → Python source over raw JSON values.
+
+Each expression becomes one Python function whose parameters are the declared
+variables. Sub-expressions become Python expressions where that keeps CEL's
+meaning (walrus temporaries let a value be tested and used once); ``&&``,
+``||`` and the comprehension macros become statement blocks with ``try`` so an
+error in one operand is absorbed when another decides the result, in either
+order, as CEL requires.
+
+Sub-trees whose free variables are all *bound* (known before the per-node
+loop, or none at all) are "hoisted": computed once by a prelude and referenced
+by name (``_h0``, ``_h1``...). A hoisted value that failed is compiled inline in
+a variant instead, so errors keep their CEL meaning.
+
+Policy text reaches the generated source only through ``repr()`` of literals
+and through constants passed in the namespace, never spliced.
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import ast
+from .errors import CompileError
+from .library import Library
+from .values import CelType, UInt
+
+# Python refuses more than 20 nested blocks in one function and 100 levels of
+# indentation; deeper CEL nesting is generated as expressions with lambdas.
+_MAX_BLOCK_DEPTH = 14
+_MAX_INDENT = 40
+
+TYPE_IDENTS = {
+    name: CelType(name)
+    for name in (
+        "int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type",
+        "dyn", "optional_type", "google.protobuf.Timestamp", "google.protobuf.Duration",
+    )
+}
+
+_ARITH = {"+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod"}
+_COMPARE = {"<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge"}
+_NUMERIC_TYPES = ("int", "uint", "double")
+# Functions the compiler implements itself; everything else comes from the library.
+_BOOL_RESULT = {"has", "all", "exists", "exists_one"}
+
+
+def python_name(name: str, index: int) -> str:
+    """The parameter name of a declared variable in generated code."""
+    if name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_"):
+        return name
+    return f"_var{index}"
+
+
+@dataclass
+class Generated:
+    source: str
+    namespace: dict[str, Any]
+    result_type: str
+
+
+@dataclass
+class _Scope:
+    names: dict[str, str] = field(default_factory=dict)
+
+
+class CodeGenerator:
+    """Generates one function for one expression.
+
+    ``variables`` are the declared names in parameter order (``None``: accept
+    any identifier and fail at run time if it is not bound). ``bound`` are the
+    variables fixed before evaluation; ``hoisted`` maps hoisted sub-tree ids to
+    the name that holds their value (``None`` compiles a candidate inline).
+    """
+
+    def __init__(
+        self,
+        text: str,
+        *,
+        library: Library,
+        variables: list[str],
+        check: bool,
+        hoisted: dict[int, str] | None = None,
+    ) -> None:
+        self.text = text
+        self.library = library
+        self.variables = variables
+        self.check = check
+        self.params = {name: python_name(name, i) for i, name in enumerate(variables)}
+        self.hoisted = hoisted or {}
+        self.lines: list[str] = []
+        self.indent = 1
+        self.block_depth = 0
+        self.counter = 0
+        self.scopes: list[_Scope] = []
+        self.namespace: dict[str, Any] = {}
+        self.statement_memo: dict[int, bool] = {}
+        self.inline_only = False
+
+    # -- entry points ------------------------------------------------------
+    def function(self, root: ast.Node, *, name: str, params: Iterable[str], cost_limit: int) -> Generated:
+        """``def name(params): return <root>`` with the cost budget and error conversion."""
+        header = f"def {name}({', '.join(params)}):"
+        self.indent = 2
+        code, typ = self.expr(root)
+        body = self.lines
+        out = [header, f"    _c = [{int(cost_limit)}]", "    try:"]
+        out += body
+        out.append(f"        return {code}")
+        out.append("    except _Reraise:")
+        out.append("        raise")
+        out.append("    except Exception as _x:")
+        out.append("        raise _convert(_x) from None")
+        return Generated("\n".join(out), self.namespace, typ)
+
+    # -- helpers -----------------------------------------------------------
+    def tmp(self, prefix: str = "_t") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def const(self, value: Any) -> str:
+        if value is None or type(value) in (bool, int, str, bytes):
+            return repr(value)
+        if type(value) is float:
+            if value != value or value in (float("inf"), float("-inf")):
+                name = self.tmp("_k")
+                self.namespace[name] = value
+                return name
+            return repr(value)
+        name = self.tmp("_k")
+        self.namespace[name] = value
+        return name
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def error(self, message: str, node: ast.Node) -> CompileError:
+        return CompileError(message, text=self.text, offset=node.offset)
+
+    def needs_statements(self, node: ast.Node) -> bool:
+        if self.inline_only:
+            return False
+        key = id(node)
+        if key in self.hoisted and self.hoisted[key] is not None:
+            return False
+        cached = self.statement_memo.get(key)
+        if cached is None:
+            cached = isinstance(node, (ast.Logical, ast.Comprehension)) or any(
+                self.needs_statements(c) for c in ast.children(node)
+            )
+            self.statement_memo[key] = cached
+        return cached
+
+    def block(self) -> "_Block":
+        return _Block(self)
+
+    # -- expressions ---------------------------------------------------------
+    def expr(self, node: ast.Node) -> tuple[str, str]:
+        name = self.hoisted.get(id(node))
+        if name is not None:
+            return name, "dyn"
+        if not self.inline_only and self.needs_statements(node) and (
+            self.block_depth >= _MAX_BLOCK_DEPTH or self.indent >= _MAX_INDENT
+        ):
+            self.inline_only = True
+            try:
+                return self.expr(node)
+            finally:
+                self.inline_only = False
+        method = getattr(self, "expr_" + type(node).__name__)
+        result: tuple[str, str] = method(node)
+        return result
+
+    def expr_Literal(self, node: ast.Literal) -> tuple[str, str]:
+        v = node.value
+        t = type(v)
+        typ = {type(None): "null", bool: "bool", int: "int", UInt: "uint", float: "double", str: "string", bytes: "bytes"}[t]
+        if t is UInt:
+            return self.const(v), typ
+        return self.const(v), typ
+
+    def resolve(self, name: str) -> str | None:
+        for scope in reversed(self.scopes):
+            if name in scope.names:
+                return scope.names[name]
+        plain = name[1:] if name.startswith(".") else name
+        if plain in self.params:
+            return self.params[plain]
+        return None
+
+    def expr_Ident(self, node: ast.Ident) -> tuple[str, str]:
+        py = self.resolve(node.name)
+        if py is not None:
+            return py, "dyn"
+        plain = node.name.lstrip(".")
+        if plain in TYPE_IDENTS:
+            return self.const(TYPE_IDENTS[plain]), "type"
+        if self.check:
+            raise self.error(f"undeclared reference to '{plain}'", node)
+        return f"_unbound({plain!r})", "dyn"
+
+    def dotted(self, node: ast.Node) -> str | None:
+        """``a.b.c`` as a name, when the node is a chain of plain selections on an identifier."""
+        parts: list[str] = []
+        while isinstance(node, ast.Select) and not node.optional:
+            parts.append(node.field)
+            node = node.operand
+        if isinstance(node, ast.Ident):
+            parts.append(node.name)
+            return ".".join(reversed(parts))
+        return None
+
+    def expr_Select(self, node: ast.Select) -> tuple[str, str]:
+        if not node.optional:
+            name = self.dotted(node)
+            if name is not None and not self._is_local_root(node):
+                plain = name.lstrip(".")
+                if plain in self.params:
+                    return self.params[plain], "dyn"
+                if plain in TYPE_IDENTS:
+                    return self.const(TYPE_IDENTS[plain]), "type"
+        operand, otype = self.expr(node.operand)
+        if node.optional:
+            return f"_optsel({operand}, {node.field!r})", "optional"
+        if otype in ("map", "dyn", "optional"):
+            # A plain subscript is CEL's select on a map; an Optional chains through
+            # __getitem__; anything else raises TypeError, converted to a CEL error.
+            return f"{operand}[{node.field!r}]", ("optional" if otype == "optional" else "dyn")
+        return f"_select({operand}, {node.field!r})", "dyn"
+
+    def _is_local_root(self, node: ast.Node) -> bool:
+        while isinstance(node, ast.Select):
+            node = node.operand
+        return isinstance(node, ast.Ident) and any(node.name in s.names for s in self.scopes)
+
+    def expr_Has(self, node: ast.Has) -> tuple[str, str]:
+        operand, _ = self.expr(node.operand)
+        t = self.tmp()
+        return f"({node.field!r} in {t} if type({t} := {operand}) is dict else _has({t}, {node.field!r}))", "bool"
+
+    def expr_Index(self, node: ast.Index) -> tuple[str, str]:
+        operand, otype = self.expr(node.operand)
+        index, itype = self.expr(node.index)
+        if node.optional:
+            return f"_optidx({operand}, {index})", "optional"
+        if itype == "string" and isinstance(node.index, ast.Literal) and otype in ("map", "dyn", "optional"):
+            return f"{operand}[{index}]", ("optional" if otype == "optional" else "dyn")
+        return f"_index({operand}, {index})", ("optional" if otype == "optional" else "dyn")
+
+    def expr_Unary(self, node: ast.Unary) -> tuple[str, str]:
+        operand, otype = self.expr(node.operand)
+        if node.op == "!":
+            self.expect_type(node.operand, otype, ("bool",), "!_")
+            t = self.tmp()
+            return f"(False if ({t} := {operand}) is True else True if {t} is False else _not({t}))", "bool"
+        self.expect_type(node.operand, otype, ("int", "double", "duration"), "-_")
+        return f"_neg({operand})", otype if otype in ("int", "double") else "dyn"
+
+    def expect_type(self, node: ast.Node, actual: str, allowed: tuple[str, ...], op: str) -> None:
+        if self.check and actual not in ("dyn", "optional") and actual not in allowed:
+            raise self.error(f"found no matching overload for '{op}' applied to '({actual})'", node)
+
+    def expr_Binary(self, node: ast.Binary) -> tuple[str, str]:
+        left, lt = self.expr(node.left)
+        right, rt = self.expr(node.right)
+        op = node.op
+        if op in ("==", "!="):
+            code = self.equality(node, left, lt, right, rt)
+            return (code if op == "==" else f"(not {code})"), "bool"
+        if op == "in":
+            return f"_in({right}, {left})", "bool"
+        if op in _COMPARE:
+            self.check_operands(node, op, lt, rt, ordered=True)
+            if lt == rt and lt in ("int", "double", "string"):
+                return f"({left} {op} {right})", "bool"
+            return f"{_COMPARE[op]}({left}, {right})", "bool"
+        typ = self.check_operands(node, op, lt, rt, ordered=False)
+        if lt == rt == "double" and op in "+-*":
+            return f"({left} {op} {right})", "double"
+        if lt == rt == "string" and op == "+":
+            return f"({left} + {right})", "string"
+        return f"{_ARITH[op]}({left}, {right})", typ
+
+    def equality(self, node: ast.Binary, left: str, lt: str, right: str, rt: str) -> str:
+        # Equality with a string literal needs no helper: Python's str == is CEL's
+        # for strings, and any other kind is simply unequal in both.
+        if isinstance(node.right, ast.Literal) and rt == "string":
+            return f"({left} == {right})"
+        if isinstance(node.left, ast.Literal) and lt == "string":
+            return f"({right} == {left})"
+        if self.check and lt not in ("dyn", "null") and rt not in ("dyn", "null") and lt != rt:
+            if not (lt in _NUMERIC_TYPES and rt in _NUMERIC_TYPES):
+                raise self.error(f"found no matching overload for '_==_' applied to '({lt}, {rt})'", node)
+        return f"_eq({left}, {right})"
+
+    def check_operands(self, node: ast.Node, op: str, lt: str, rt: str, *, ordered: bool) -> str:
+        """Static result type of an arithmetic/ordering operator; a compile error
+        when both operand types are known and no overload exists."""
+        known = lt not in ("dyn", "optional") and rt not in ("dyn", "optional")
+        if not known:
+            return "dyn"
+        ok = False
+        result = lt
+        if ordered:
+            ok = (lt == rt and lt in ("int", "uint", "double", "string", "bytes", "bool", "timestamp", "duration")) or (
+                lt in _NUMERIC_TYPES and rt in _NUMERIC_TYPES
+            )
+        elif lt == rt:
+            ok = (lt in _NUMERIC_TYPES and (op != "%" or lt != "double")) or (
+                op == "+" and lt in ("string", "bytes", "list", "duration")
+            ) or (op == "-" and lt == "duration") or (op == "-" and lt == "timestamp")
+            result = "duration" if lt == "timestamp" else lt
+        elif op in "+-" and {lt, rt} == {"timestamp", "duration"}:
+            ok = op == "+" or lt == "timestamp"
+            result = "timestamp"
+        if not ok and self.check:
+            raise self.error(f"found no matching overload for '_{op}_' applied to '({lt}, {rt})'", node)
+        return result if ok else "dyn"
+
+    def expr_Conditional(self, node: ast.Conditional) -> tuple[str, str]:
+        cond, ctype = self.expr(node.condition)
+        self.expect_type(node.condition, ctype, ("bool",), "_?_:_")
+        if not (self.needs_statements(node.then) or self.needs_statements(node.otherwise)):
+            then, tt = self.expr(node.then)
+            other, ot = self.expr(node.otherwise)
+            t = self.tmp()
+            return f"({then} if ({t} := {cond}) is True else {other} if {t} is False else _nso('_?_:_', {t}))", (
+                tt if tt == ot else "dyn"
+            )
+        t, r = self.tmp(), self.tmp("_r")
+        self.emit(f"{t} = {cond}")
+        with self.block():
+            self.emit(f"if {t} is True:")
+            self.indent += 1
+            then, tt = self.expr(node.then)
+            self.emit(f"{r} = {then}")
+            self.indent -= 1
+            self.emit(f"elif {t} is False:")
+            self.indent += 1
+            other, ot = self.expr(node.otherwise)
+            self.emit(f"{r} = {other}")
+            self.indent -= 1
+            self.emit("else:")
+            self.emit(f"    raise _nso('_?_:_', {t})")
+        return r, (tt if tt == ot else "dyn")
+
+    def expr_Logical(self, node: ast.Logical) -> tuple[str, str]:
+        # Fold left to right; the first operand that decides the result (false for
+        # &&, true for ||) wins over errors from any other operand.
+        if self.inline_only:
+            thunks = ", ".join(f"lambda: {self.expr(o)[0]}" for o in node.operands)
+            return f"{'_and' if node.op == '&&' else '_or'}({thunks})", "bool"
+        decisive = "False" if node.op == "&&" else "True"
+        r, e, v = self.tmp("_r"), self.tmp("_e"), self.tmp("_v")
+        self.emit(f"{r} = {'True' if node.op == '&&' else 'False'}")
+        self.emit(f"{e} = None")
+        with self.block():
+            self.emit("while True:")
+            self.indent += 1
+            for operand in node.operands:
+                with self.block():
+                    self.emit("try:")
+                    self.indent += 1
+                    code, otype = self.expr(operand)
+                    self.expect_type(operand, otype, ("bool",), f"_{node.op}_")
+                    self.emit(f"{v} = {code}")
+                    self.indent -= 1
+                    self.emit("except _Reraise:")
+                    self.emit("    raise")
+                    self.emit("except Exception as _x:")
+                    self.emit(f"    if {e} is None: {e} = _x")
+                    self.emit("else:")
+                    self.emit(f"    if {v} is {decisive}:")
+                    self.emit(f"        {r} = {decisive}")
+                    self.emit("        break")
+                    self.emit(f"    if {v} is not {'True' if decisive == 'False' else 'False'} and {e} is None:")
+                    self.emit(f"        {e} = _nso('_{node.op}_', {v})")
+            self.emit("break")
+            self.indent -= 1
+        self.emit(f"if {r} is not {decisive} and {e} is not None:")
+        self.emit(f"    raise {e}")
+        return r, "bool"
+
+    def expr_ListLit(self, node: ast.ListLit) -> tuple[str, str]:
+        parts = [self.expr(el)[0] for el in node.elements]
+        if node.optional_indices:
+            flags = [i in node.optional_indices for i in range(len(parts))]
+            return f"_optlist([{', '.join(parts)}], {flags!r})", "list"
+        return f"[{', '.join(parts)}]", "list"
+
+    def expr_MapLit(self, node: ast.MapLit) -> tuple[str, str]:
+        keys = [self.expr(e.key) for e in node.entries]
+        values = [self.expr(e.value)[0] for e in node.entries]
+        for entry, (_, ktype) in zip(node.entries, keys):
+            if self.check and ktype not in ("dyn", "int", "uint", "bool", "string"):
+                raise self.error(f"unsupported map key type: {ktype}", entry.key)
+        literal_keys = [e.key.value for e in node.entries if isinstance(e.key, ast.Literal)]
+        simple = (
+            len(literal_keys) == len(node.entries)
+            and all(type(k) is str for k in literal_keys)
+            and len(set(literal_keys)) == len(literal_keys)
+            and not any(e.optional for e in node.entries)
+        )
+        if simple:
+            return "{" + ", ".join(f"{k}: {v}" for (k, _), v in zip(keys, values)) + "}", "map"
+        entries = ", ".join(f"({k}, {v}, {e.optional})" for (k, _), v, e in zip(keys, values, node.entries))
+        return f"_makemap([{entries}])", "map"
+
+    def expr_StructLit(self, node: ast.StructLit) -> tuple[str, str]:
+        raise self.error(f"message literals are not supported: {node.type_name}", node)
+
+    # -- calls -------------------------------------------------------------
+    def expr_Call(self, node: ast.Call) -> tuple[str, str]:
+        if node.target is not None:
+            qualified = self.dotted(node.target)
+            if qualified is not None and self.resolve(qualified.split(".")[0]) is None:
+                fname = f"{qualified.lstrip('.')}.{node.function}"
+                if fname in self.library.functions:
+                    return self.global_call(node, fname)
+            return self.method_call(node)
+        return self.global_call(node, node.function)
+
+    def global_call(self, node: ast.Call, name: str) -> tuple[str, str]:
+        args = [self.expr(a) for a in node.args]
+        codes = [c for c, _ in args]
+        if name == "size" and len(args) == 1:
+            t = self.tmp()
+            return f"(len({t}) if type({t} := {codes[0]}) in _SIZED else _size({t}))", "int"
+        if name == "type" and len(args) == 1:
+            return f"_type_of({codes[0]})", "type"
+        if name == "dyn" and len(args) == 1:
+            return codes[0], "dyn"
+        fn = self.library.functions.get(name)
+        if fn is None:
+            if self.check:
+                raise self.error(f"undeclared reference to '{name}'", node)
+            return f"_unknown_function({name!r})", "dyn"
+        ref = self.function_ref("_fn_", name, fn)
+        return f"{ref}({', '.join(codes)})", self.library.result_types.get(name, "dyn")
+
+    def function_ref(self, prefix: str, name: str, fn: Any) -> str:
+        ref = prefix + "".join(ch if ch.isalnum() else "_" for ch in name)
+        self.namespace[ref] = fn
+        return ref
+
+    def method_call(self, node: ast.Call) -> tuple[str, str]:
+        assert node.target is not None
+        target, ttype = self.expr(node.target)
+        args = [self.expr(a)[0] for a in node.args]
+        name = node.function
+        t = self.tmp()
+        # Fast paths for the string tests policies use on every node.
+        if name in ("startsWith", "endsWith", "contains") and len(args) == 1:
+            py = {"startsWith": f"{t}.startswith({args[0]})", "endsWith": f"{t}.endswith({args[0]})", "contains": f"({args[0]} in {t})"}[name]
+            fallback = self.method_ref(node, name)
+            return f"({py} if type({t} := {target}) is str and type({args[0]}) is str else {fallback}({t}, {args[0]}))", "bool"
+        if name == "size" and not args:
+            return f"(len({t}) if type({t} := {target}) in _SIZED else _size({t}))", "int"
+        ref = self.method_ref(node, name)
+        return f"{ref}({', '.join([target] + args)})", self.library.result_types.get(name, "dyn")
+
+    def method_ref(self, node: ast.Node, name: str) -> str:
+        if name not in self.library.methods:
+            if self.check:
+                raise self.error(f"undeclared reference to '{name}'", node)
+            return f"_unknown_method({name!r})"
+        ref = "_m_" + name
+        if ref not in self.namespace:
+            self.namespace[ref] = self.library.method(name)
+        return ref
+
+    # -- comprehensions ----------------------------------------------------
+    def expr_Comprehension(self, node: ast.Comprehension) -> tuple[str, str]:
+        if node.kind in ("optMap", "optFlatMap") and not self.inline_only:
+            return self.optional_map(node)
+        rng, _ = self.expr(node.range)
+        two = node.var2 is not None
+        v1 = self.tmp("_v")
+        v2 = self.tmp("_v") if two else None
+        scope = _Scope({node.var: v1})
+        if node.var2 is not None and v2 is not None:
+            scope.names[node.var2] = v2
+        loop_vars = f"{v1}, {v2}" if two else v1
+        if self.inline_only:
+            return self.inline_comprehension(node, rng, scope, loop_vars)
+        it = self.tmp("_it")
+        self.emit(f"{it} = _range({rng}, {two})")
+        self.emit(f"_c[0] -= len({it})")
+        self.emit(f"if _c[0] < 0: _cost_exceeded({node.kind!r})")
+        self.scopes.append(scope)
+        try:
+            return getattr(self, "loop_" + node.kind)(node, it, loop_vars)  # type: ignore[no-any-return]
+        finally:
+            self.scopes.pop()
+
+    def inline_comprehension(self, node: ast.Comprehension, rng: str, scope: _Scope, loop_vars: str) -> tuple[str, str]:
+        self.scopes.append(scope)
+        try:
+            pred = f"lambda {loop_vars}: {self.expr(node.predicate)[0]}" if node.predicate is not None else "None"
+            transform = f"lambda {loop_vars}: {self.expr(node.transform)[0]}" if node.transform is not None else "None"
+        finally:
+            self.scopes.pop()
+        typ = {"all": "bool", "exists": "bool", "exists_one": "bool", "transformMap": "map"}.get(node.kind, "list")
+        if node.kind in ("optMap", "optFlatMap"):
+            typ = "optional"
+        return f"_comprehension({node.kind!r}, _c, _cost_exceeded, {rng}, {pred}, {transform})", typ
+
+    def _predicate(self, node: ast.Comprehension) -> str:
+        assert node.predicate is not None
+        code, ptype = self.expr(node.predicate)
+        self.expect_type(node.predicate, ptype, ("bool",), node.kind)
+        return code
+
+    def loop_all(self, node: ast.Comprehension, it: str, loop_vars: str) -> tuple[str, str]:
+        return self._fold(node, it, loop_vars, decisive="False")
+
+    def loop_exists(self, node: ast.Comprehension, it: str, loop_vars: str) -> tuple[str, str]:
+        return self._fold(node, it, loop_vars, decisive="True")
+
+    def _fold(self, node: ast.Comprehension, it: str, loop_vars: str, *, decisive: str) -> tuple[str, str]:
+        other = "True" if decisive == "False" else "False"
+        r, e, p = self.tmp("_r"), self.tmp("_e"), self.tmp("_p")
+        self.emit(f"{r} = {other}")
+        self.emit(f"{e} = None")
+        with self.block():
+            self.emit(f"for {loop_vars} in {it}:")
+            self.indent += 1
+            with self.block():
+                self.emit("try:")
+                self.indent += 1
+                code = self._predicate(node)
+                self.emit(f"{p} = {code}")
+                self.indent -= 1
+                self.emit("except _Reraise:")
+                self.emit("    raise")
+                self.emit("except Exception as _x:")
+                self.emit(f"    if {e} is None: {e} = _x")
+                self.emit("else:")
+                self.emit(f"    if {p} is {decisive}:")
+                self.emit(f"        {r} = {decisive}")
+                self.emit("        break")
+                self.emit(f"    if {p} is not {other} and {e} is None:")
+                self.emit(f"        {e} = _nso({node.kind!r}, {p})")
+            self.indent -= 1
+        self.emit(f"if {r} is {other} and {e} is not None:")
+        self.emit(f"    raise {e}")
+        return r, "bool"
+
+    def loop_exists_one(self, node: ast.Comprehension, it: str, loop_vars: str) -> tuple[str, str]:
+        n, p = self.tmp("_n"), self.tmp("_p")
+        self.emit(f"{n} = 0")
+        with self.block():
+            self.emit(f"for {loop_vars} in {it}:")
+            self.indent += 1
+            code = self._predicate(node)
+            self.emit(f"{p} = {code}")
+            self.emit(f"if {p} is True: {n} += 1")
+            self.emit(f"elif {p} is not False: raise _nso('exists_one', {p})")
+            self.indent -= 1
+        return f"({n} == 1)", "bool"
+
+    def loop_filter(self, node: ast.Comprehension, it: str, loop_vars: str) -> tuple[str, str]:
+        return self._collect(node, it, loop_vars, value=loop_vars, into="list")
+
+    def loop_map(self, node: ast.Comprehension, it: str, loop_vars: str) -> tuple[str, str]:
+        return self._collect(node, it, loop_vars, value=None, into="list")
+
+    def loop_transformList(self, node: ast.Comprehension, it: str, loop_vars: str) -> tuple[str, str]:
+        return self._collect(node, it, loop_vars, value=None, into="list")
+
+    def loop_transformMap(self, node: ast.Comprehension, it: str, loop_vars: str) -> tuple[str, str]:
+        return self._collect(node, it, loop_vars, value=None, into="map")
+
+    def _collect(self, node: ast.Comprehension, it: str, loop_vars: str, *, value: str | None, into: str) -> tuple[str, str]:
+        r = self.tmp("_r")
+        key = loop_vars.split(",")[0]
+        filter_kind = node.kind == "filter"
+        predicate = node.predicate
+        simple = not any(self.needs_statements(x) for x in (predicate, node.transform) if x is not None)
+        if simple and into == "list":
+            out = value if value is not None else self.expr(node.transform)[0]  # type: ignore[arg-type]
+            cond = ""
+            if predicate is not None:
+                cond = f" if _truth({self._predicate(node)}, {node.kind!r})"
+            self.emit(f"{r} = [{out} for {loop_vars} in {it}{cond}]")
+            return r, "list"
+        self.emit(f"{r} = {'[]' if into == 'list' else '{}'}")
+        with self.block():
+            self.emit(f"for {loop_vars} in {it}:")
+            self.indent += 1
+            if predicate is not None:
+                p = self.tmp("_p")
+                self.emit(f"{p} = {self._predicate(node)}")
+                self.emit(f"if {p} is False: continue")
+                self.emit(f"if {p} is not True: raise _nso({node.kind!r}, {p})")
+            out = loop_vars if filter_kind else self.expr(node.transform)[0]  # type: ignore[arg-type]
+            if into == "list":
+                self.emit(f"{r}.append({out})")
+            else:
+                self.emit(f"{r}[{key}] = {out}")
+            self.indent -= 1
+        return r, "list" if into == "list" else "map"
+
+    def optional_map(self, node: ast.Comprehension) -> tuple[str, str]:
+        rng, _ = self.expr(node.range)
+        o, r = self.tmp(), self.tmp("_r")
+        v = self.tmp("_v")
+        self.emit(f"{o} = _as_optional({rng}, {node.kind!r})")
+        with self.block():
+            self.emit(f"if {o}.present:")
+            self.indent += 1
+            self.emit(f"{v} = {o}.value")
+            self.scopes.append(_Scope({node.var: v}))
+            try:
+                assert node.transform is not None
+                code, _ = self.expr(node.transform)
+            finally:
+                self.scopes.pop()
+            if node.kind == "optMap":
+                self.emit(f"{r} = _Optional({code})")
+            else:
+                self.emit(f"{r} = _as_optional({code}, 'optFlatMap')")
+            self.indent -= 1
+            self.emit("else:")
+            self.emit(f"    {r} = {o}")
+        return r, "optional"
+
+
+class _Block:
+    """Counts Python block nesting so deep CEL moves into local functions in time."""
+
+    def __init__(self, gen: CodeGenerator) -> None:
+        self.gen = gen
+
+    def __enter__(self) -> None:
+        self.gen.block_depth += 2
+
+    def __exit__(self, *exc: object) -> None:
+        self.gen.block_depth -= 2
