@@ -99,6 +99,7 @@ class CodeGenerator:
         self.namespace: dict[str, Any] = {}
         self.statement_memo: dict[int, bool] = {}
         self.inline_only = False
+        self.uses_cost = False  # only comprehensions spend the budget
 
     # -- entry points ------------------------------------------------------
     def function(self, root: ast.Node, *, name: str, params: Iterable[str], cost_limit: int) -> Generated:
@@ -107,7 +108,10 @@ class CodeGenerator:
         self.indent = 2
         code, typ = self.expr(root)
         body = self.lines
-        out = [header, f"    _c = [{int(cost_limit)}]", "    try:"]
+        out = [header]
+        if self.uses_cost:
+            out.append(f"    _c = [{int(cost_limit)}]")
+        out.append("    try:")
         out += body
         out.append(f"        return {code}")
         out.append("    except _Reraise:")
@@ -327,7 +331,7 @@ class CodeGenerator:
             then, tt = self.expr(node.then)
             other, ot = self.expr(node.otherwise)
             t = self.tmp()
-            return f"({then} if ({t} := {cond}) is True else {other} if {t} is False else _nso('_?_:_', {t}))", (
+            return f"({then} if ({t} := {cond}) is True else {other} if {t} is False else _raise_nso('_?_:_', {t}))", (
                 tt if tt == ot else "dyn"
             )
         t, r = self.tmp(), self.tmp("_r")
@@ -437,7 +441,7 @@ class CodeGenerator:
         if fn is None:
             if self.check:
                 raise self.error(f"undeclared reference to '{name}'", node)
-            return f"_unknown_function({name!r})", "dyn"
+            return f"_unknown_function({name!r})({', '.join(codes)})", "dyn"
         ref = self.function_ref("_fn_", name, fn)
         return f"{ref}({', '.join(codes)})", self.library.result_types.get(name, "dyn")
 
@@ -476,6 +480,7 @@ class CodeGenerator:
     def expr_Comprehension(self, node: ast.Comprehension) -> tuple[str, str]:
         if node.kind in ("optMap", "optFlatMap") and not self.inline_only:
             return self.optional_map(node)
+        self.uses_cost = True
         rng, _ = self.expr(node.range)
         two = node.var2 is not None
         v1 = self.tmp("_v")

@@ -44,33 +44,36 @@ def not_equals(a: Any, b: Any) -> bool:
 _ORDERED = frozenset((int, UInt, float, str, bytes, bool))
 
 
-def _comparable(a: Any, b: Any, op: str) -> None:
+def _comparable(a: Any, b: Any, op: str) -> tuple[Any, Any]:
     ta, tb = type(a), type(b)
     if ta is tb:
         if ta in _ORDERED or hasattr(ta, "__lt__") and ta not in (list, dict, type(None), Optional):
-            return
+            return a, b
     elif ta in _NUMERIC and tb in _NUMERIC:
-        return
+        # Like cel-go, an int or uint meets a double as a double (rounding included).
+        if ta is float or tb is float:
+            return float(a), float(b)
+        return a, b
     raise no_such_overload(op, a, b)
 
 
 def less(a: Any, b: Any) -> bool:
-    _comparable(a, b, "_<_")
+    a, b = _comparable(a, b, "_<_")
     return bool(a < b)
 
 
 def less_equal(a: Any, b: Any) -> bool:
-    _comparable(a, b, "_<=_")
+    a, b = _comparable(a, b, "_<=_")
     return bool(a <= b)
 
 
 def greater(a: Any, b: Any) -> bool:
-    _comparable(a, b, "_>_")
+    a, b = _comparable(a, b, "_>_")
     return bool(a > b)
 
 
 def greater_equal(a: Any, b: Any) -> bool:
-    _comparable(a, b, "_>=_")
+    a, b = _comparable(a, b, "_>=_")
     return bool(a >= b)
 
 

@@ -18,7 +18,7 @@ from .codegen import TYPE_IDENTS, CodeGenerator, python_name
 from .errors import EvalError
 from .library import Library
 from .parser import parse
-from .runtime import UNBOUND, make_cost_check, namespace
+from .runtime import Unbound, make_cost_check, namespace
 
 DEFAULT_COST_LIMIT = 1_000_000
 
@@ -43,6 +43,7 @@ class Program:
     ) -> None:
         self.text = text
         self.variables: tuple[str, ...] = tuple(dict.fromkeys(variables))
+        self._missing = [(name, Unbound(name)) for name in self.variables]
         self.check = check
         self.cost_limit = cost_limit
         self._library = library
@@ -61,7 +62,7 @@ class Program:
     # -- public API --------------------------------------------------------
     def evaluate(self, activation: Mapping[str, object] | None = None) -> object:
         act = activation or {}
-        return self._evaluate(*[act.get(name, UNBOUND) for name in self.variables])
+        return self._evaluate(*[act.get(name, missing) for name, missing in self._missing])
 
     def bind(self, **fixed: object) -> Callable[..., object]:
         """A function of the other variables (by keyword, or positionally in
@@ -104,7 +105,7 @@ class Program:
             lines.append(f"    try: _out.append(_cand{i}({args}))")
             lines.append("    except (EvalError, RecursionError): _out.append(_FAILED)")
         lines.append("    return _out")
-        exec(compile("\n".join(lines), f"<cel prelude: {self.text[:60]}>", "exec"), ns)  # noqa: S102 - source is generated, policy text only as repr() literals
+        exec(compile("\n".join(lines), f"<cel prelude: {_label(self.text)}>", "exec"), ns)  # noqa: S102 - source is generated, policy text only as repr() literals
         result = (candidates, ns["_prelude"])
         with self._lock:
             self._preludes[bound] = result
@@ -124,7 +125,7 @@ class Program:
         source = f"def _factory({', '.join(outer)}):\n" + _indent(fn.source) + "\n    return _eval\n"
         ns = self._namespace()
         ns.update(fn.namespace)
-        exec(compile(source, f"<cel: {self.text[:60]}>", "exec"), ns)  # noqa: S102 - see above
+        exec(compile(source, f"<cel: {_label(self.text)}>", "exec"), ns)  # noqa: S102 - see above
         factory: Callable[..., Any] = ns["_factory"]
         with self._lock:
             self._variants[key] = factory
@@ -138,6 +139,10 @@ class Program:
         ns["EvalError"] = EvalError
         ns["_FAILED"] = _FAILED
         return ns
+
+
+def _label(text: str) -> str:
+    return text[:60].encode("unicode_escape").decode("ascii")
 
 
 def _indent(source: str) -> str:

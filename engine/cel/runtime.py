@@ -56,6 +56,10 @@ def comprehension_range(value: Any, two_variables: bool) -> Any:
     raise no_such_overload("comprehension", value)
 
 
+def raise_no_such_overload(name: str, *args: Any) -> Any:
+    raise no_such_overload(name, *args)
+
+
 def truth(value: Any, where: str) -> bool:
     if value is True or value is False:
         return value
@@ -271,6 +275,7 @@ def namespace() -> dict[str, Any]:
         "_SIZED": SIZED,
         "_type_of": type_of,
         "_nso": no_such_overload,
+        "_raise_nso": raise_no_such_overload,
         "_range": comprehension_range,
         "_truth": truth,
         "_as_optional": as_optional,
