@@ -1,0 +1,143 @@
+"""The loading pipeline: files → YAML with positions → JSON Schema → CEL compile
+→ an immutable ``PolicySet``. All errors of a load are collected and reported
+together, sorted by location; a load with any error produces no set."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from .compiler import compile_policy
+from .documents import Document, load_documents
+from .errors import Location, PolicyError, PolicyLoadError
+from .policy import Policy, PolicySet
+from .schema import validate
+
+POLICY_KIND = "SchedulingPolicy"
+# Other kpe kinds may share a directory with policies (tests next to what they test).
+OTHER_KINDS = frozenset(("PolicyTest",))
+SUFFIXES = (".yaml", ".yml")
+
+
+def discover(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[PolicyError]]:
+    """The policy files under ``paths``, each once, in a stable order.
+
+    Directories are walked recursively; names starting with a dot are skipped,
+    which is what makes a Kubernetes ConfigMap mount (``..data`` →
+    ``..2026_11_21_...``, with ``name.yaml`` → ``..data/name.yaml``) load each
+    file once.
+    """
+    files: list[Path] = []
+    errors: list[PolicyError] = []
+    seen: set[str] = set()
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            candidates = [path]
+        elif path.is_dir():
+            candidates = []
+            for root, dirs, names in os.walk(path, followlinks=True):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                candidates += [Path(root) / n for n in sorted(names) if n.endswith(SUFFIXES) and not n.startswith(".")]
+        else:
+            errors.append(PolicyError("KPE100", "no such file or directory", Location(str(path))))
+            continue
+        for file in candidates:
+            real = os.path.realpath(file)
+            if real not in seen:
+                seen.add(real)
+                files.append(file)
+    return files, errors
+
+
+def load_files(files: Iterable[Path]) -> tuple[list[Document], list[PolicyError]]:
+    docs: list[Document] = []
+    errors: list[PolicyError] = []
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            errors.append(PolicyError("KPE100", f"cannot read file: {exc}", Location(str(file))))
+            continue
+        file_docs, file_errors = load_documents(text, str(file))
+        docs += file_docs
+        errors += file_errors
+    return docs, errors
+
+
+def compile_documents(docs: Iterable[Document]) -> tuple[list[Policy], list[PolicyError]]:
+    policies: list[Policy] = []
+    errors: list[PolicyError] = []
+    first_seen: dict[str, Location] = {}
+    for doc in docs:
+        data = doc.data
+        if not isinstance(data, dict):
+            errors.append(PolicyError("KPE103", "document is not a mapping; expected a SchedulingPolicy", doc.location(())))
+            continue
+        if data.get("kind") in OTHER_KINDS:
+            continue
+        meta = data.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) and isinstance(meta.get("name"), str) else ""
+        schema_errors = validate(doc, policy=name)
+        if schema_errors:
+            errors += schema_errors + _compile_despite_schema_errors(doc)
+            continue
+        if name in first_seen:
+            errors.append(
+                PolicyError(
+                    "KPE400",
+                    f"duplicate policy name {name!r}; first defined at {first_seen[name]}",
+                    doc.location(("metadata", "name")),
+                    policy=name,
+                    path="metadata.name",
+                )
+            )
+            continue
+        first_seen[name] = doc.location(("metadata", "name"))
+        policy, policy_errors = compile_policy(doc)
+        errors += policy_errors
+        if policy is not None:
+            policies.append(policy)
+    return policies, errors
+
+
+def _compile_despite_schema_errors(doc: Document) -> list[PolicyError]:
+    """CEL errors of a document that also broke the schema, so one run shows them all;
+    nothing if its shape is too broken to walk."""
+    try:
+        _, errors = compile_policy(doc)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError):
+        return []
+    return [e for e in errors if e.code.startswith(("KPE3", "KPE4"))]
+
+
+def generation_of(policies: Iterable[Policy]) -> str:
+    """A content hash: the same policies give the same generation anywhere."""
+    canonical = json.dumps([p.source for p in sorted(policies, key=lambda p: p.name)], sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def load(paths: Iterable[str | os.PathLike[str]]) -> PolicySet:
+    """Load every policy under ``paths``; raises ``PolicyLoadError`` with all problems found."""
+    files, errors = discover(paths)
+    docs, read_errors = load_files(files)
+    policies, compile_errors = compile_documents(docs)
+    errors += read_errors + compile_errors
+    if errors:
+        raise PolicyLoadError(errors)
+    ordered = tuple(sorted(policies, key=lambda p: p.name))
+    return PolicySet(ordered, generation_of(ordered), tuple(str(f) for f in files))
+
+
+def load_text(text: str, *, file: str = "<inline>") -> PolicySet:
+    """Load policies from YAML text (tests, tools)."""
+    docs, errors = load_documents(text, file)
+    policies, compile_errors = compile_documents(docs)
+    errors += compile_errors
+    if errors:
+        raise PolicyLoadError(errors)
+    ordered = tuple(sorted(policies, key=lambda p: p.name))
+    return PolicySet(ordered, generation_of(ordered), (file,))

@@ -1,0 +1,139 @@
+"""The compiled policy model: immutable, built once per load, shared by every request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import cel
+from .errors import Location
+from .selectors import LabelSelector
+
+# What each kind of expression may read. Variables that read `node` or
+# `nodeInfo` are node-scoped; every other variable is pod-scoped.
+POD_SCOPE = ("pod", "params", "now")
+NODE_SCOPE = ("node", "nodeInfo")
+SCOPES: dict[str, tuple[str, ...]] = {
+    "match": POD_SCOPE,
+    "variable": NODE_SCOPE + POD_SCOPE,
+    "filter": NODE_SCOPE + POD_SCOPE,
+    "score": NODE_SCOPE + POD_SCOPE,
+    "admission": POD_SCOPE + ("nodes", "pods"),
+    "victim": NODE_SCOPE + POD_SCOPE + ("victim",),
+    "preemption-node": NODE_SCOPE + POD_SCOPE + ("victims",),
+}
+# Scopes in which node-scoped variables may be used.
+NODE_VARIABLE_KINDS = frozenset(("filter", "score", "victim", "preemption-node"))
+
+
+@dataclass(frozen=True)
+class Expression:
+    """One compiled CEL expression and where it came from."""
+
+    text: str
+    program: cel.Program
+    path: str
+    location: Location
+    variables: tuple[str, ...]  # names of policy variables it reads (``variables.<name>``)
+    parameters: tuple[str, ...]  # the CEL variables, in program parameter order
+
+    def __repr__(self) -> str:
+        return f"Expression({self.path}: {self.text!r})"
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    expression: Expression
+    node_scoped: bool
+
+
+@dataclass(frozen=True)
+class FilterRule:
+    name: str
+    expression: Expression
+    message: str
+    message_expression: Expression | None
+    unresolvable: bool
+
+
+@dataclass(frozen=True)
+class ScoreRule:
+    name: str
+    expression: Expression
+    weight: int
+
+
+@dataclass(frozen=True)
+class Admission:
+    gate: str
+    expression: Expression
+    message: str
+    message_expression: Expression | None
+
+
+@dataclass(frozen=True)
+class Preemption:
+    victim: Expression | None
+    node: Expression | None
+
+
+@dataclass(frozen=True)
+class Match:
+    namespaces: frozenset[str] | None = None
+    selector: LabelSelector | None = None
+    resources: frozenset[str] | None = None
+    expression: Expression | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    file: str
+    enforce: bool  # False: Audit mode
+    fail_closed: bool  # failurePolicy Fail
+    match: Match
+    params: dict[str, Any]
+    variables: tuple[Variable, ...]
+    filters: tuple[FilterRule, ...]
+    scores: tuple[ScoreRule, ...]
+    admission: Admission | None
+    preemption: Preemption | None
+    source: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def mode(self) -> str:
+        return "Enforce" if self.enforce else "Audit"
+
+    @property
+    def failure_policy(self) -> str:
+        return "Fail" if self.fail_closed else "Ignore"
+
+    def variable(self, name: str) -> Variable:
+        for v in self.variables:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """Every policy of one load. ``generation`` is a hash of their content, so the
+    same policies always have the same generation wherever they are loaded."""
+
+    policies: tuple[Policy, ...]
+    generation: str
+    files: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.policies)
+
+    def get(self, name: str) -> Policy | None:
+        for p in self.policies:
+            if p.name == name:
+                return p
+        return None
+
+    @property
+    def gates(self) -> dict[str, Policy]:
+        return {p.admission.gate: p for p in self.policies if p.admission is not None}
