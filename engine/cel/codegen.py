@@ -37,7 +37,7 @@ TYPE_IDENTS = {
     name: CelType(name)
     for name in (
         "int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type",
-        "dyn", "optional_type", "google.protobuf.Timestamp", "google.protobuf.Duration",
+        "optional_type", "google.protobuf.Timestamp", "google.protobuf.Duration",
     )
 }
 

@@ -1,0 +1,156 @@
+"""The filter decision: which nodes may run the pod, and why the others may not.
+
+Every matching policy applies and filters are AND-ed. Per node, rules run in
+a fixed order: Enforce rules marked ``unresolvable`` first, then the other
+Enforce rules, each policy in name order; the first rule that rejects the
+node gives its reason (``policy/rule: message``) and decides whether it is
+unresolvable. Audit-mode rules run on every node afterwards, are counted and
+explained, and never change the verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import cel
+from .cel.runtime import Unbound
+from .evaluation import Outcome, PolicyScope, current_time, matching_scopes, run_rule
+from .policy import FilterRule, PolicySet
+
+NO_NODE_INFO = Unbound("nodeInfo")
+
+
+@dataclass
+class RuleEvent:
+    """An evaluation error or an Audit-mode rejection, for logs and metrics."""
+
+    policy: str
+    rule: str
+    node: str
+    message: str
+
+
+@dataclass
+class NodeVerdict:
+    node: str
+    verdict: str  # "pass" | "fail" | "unresolvable"
+    reason: str = ""
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "verdict": self.verdict, "reason": self.reason, "rules": [o.to_dict() for o in self.outcomes]}
+
+
+@dataclass
+class FilterResult:
+    generation: str
+    passed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    errors: list[RuleEvent] = field(default_factory=list)
+    audit_rejections: list[RuleEvent] = field(default_factory=list)
+    evaluations: int = 0
+    explanation: list[NodeVerdict] | None = None
+    matched: list[str] = field(default_factory=list)
+    match_outcomes: list[Outcome] = field(default_factory=list)
+
+
+def node_name(node: Mapping[str, Any]) -> str:
+    meta = node.get("metadata") if isinstance(node, Mapping) else None
+    return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+
+
+def filter_nodes(
+    policy_set: PolicySet,
+    pod: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]],
+    *,
+    node_info: Mapping[str, Any] | None = None,
+    now: Any = None,
+    explain: bool = False,
+) -> FilterResult:
+    """Split ``nodes`` into passing, failed and unresolvable for ``pod``."""
+    result = FilterResult(generation=policy_set.generation, explanation=[] if explain else None)
+    match_log: list[Outcome] | None = [] if explain else None
+    scopes = matching_scopes(policy_set, pod, {"pod": pod, "now": now if now is not None else current_time()}, explain=match_log)
+    result.matched = [s.policy.name for s in scopes]
+    result.match_outcomes = match_log or []
+    ordered: list[tuple[PolicyScope, FilterRule]] = []
+    for unresolvable_first in (True, False):
+        ordered += [(s, r) for s in scopes if s.policy.enforce for r in s.policy.filters if r.unresolvable == unresolvable_first]
+    ordered += [(s, r) for s in scopes if not s.policy.enforce for r in s.policy.filters]
+    plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in ordered]
+
+    for node in nodes:
+        name = node_name(node)
+        info = node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO
+        verdict: str | None = None
+        reason = ""
+        cache: dict[str, Any] = {}
+        outcomes: list[Outcome] = []
+        for scope, rule, arity, fn, bind_error in plan:
+            enforce = scope.policy.enforce
+            if verdict is not None and enforce and not explain:
+                continue
+            result.evaluations += 1
+            if explain:
+                outcome = run_rule(scope, rule.expression, {"node": node, "nodeInfo": info}, cache, rule=rule.name, kind="filter", timed=True)
+                value, error = outcome.value, outcome.error
+                outcomes.append(outcome)
+            else:
+                error = None
+                try:
+                    if bind_error is not None:
+                        raise bind_error
+                    if arity == 1:
+                        value = fn(node)  # type: ignore[misc]
+                    elif arity == 2:
+                        value = fn(node, info)  # type: ignore[misc]
+                    elif arity == 0:
+                        value = fn()  # type: ignore[misc]
+                    else:
+                        value = scope.evaluate(rule.expression, {"node": node, "nodeInfo": info}, cache)
+                except cel.EvalError as exc:
+                    value, error = None, exc.message
+            if error is None and value is not True and value is not False:
+                error = f"filter must give a bool, got {cel.values.type_name(value)}"
+            label = f"{scope.policy.name}/{rule.name}"
+            if error is not None:
+                result.errors.append(RuleEvent(scope.policy.name, rule.name, name, error))
+                rejected = scope.policy.fail_closed
+                message = f"{label}: evaluation error: {error}"
+                effect = "rejected (error, failurePolicy Fail)" if rejected else "ignored error (failurePolicy Ignore)"
+            else:
+                rejected = value is False
+                message = f"{label}: {_message(scope, rule, node, info, cache)}" if rejected else ""
+                effect = "rejected" if rejected else "kept"
+            if not enforce:
+                if rejected:
+                    result.audit_rejections.append(RuleEvent(scope.policy.name, rule.name, name, message))
+                effect = f"audit: would have {effect}" if rejected else "audit: kept"
+            elif rejected and verdict is None:
+                verdict = "unresolvable" if rule.unresolvable else "fail"
+                reason = message
+            if explain:
+                outcomes[-1].effect = effect
+        if verdict is None:
+            result.passed.append(name)
+        elif verdict == "fail":
+            result.failed[name] = reason
+        else:
+            result.unresolvable[name] = reason
+        if result.explanation is not None:
+            result.explanation.append(NodeVerdict(name, verdict or "pass", reason, outcomes))
+    return result
+
+
+def _message(scope: PolicyScope, rule: FilterRule, node: Any, info: Any, cache: dict[str, Any]) -> str:
+    if rule.message_expression is None:
+        return rule.message
+    try:
+        value = scope.evaluate(rule.message_expression, {"node": node, "nodeInfo": info}, cache)
+    except cel.EvalError:
+        return rule.message
+    return value if isinstance(value, str) and value else rule.message

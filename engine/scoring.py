@@ -1,0 +1,140 @@
+"""The score decision: 0..10 per node (kube-scheduler's MaxExtenderPriority).
+
+Each Enforce score rule of every matching policy gives a number, clamped to
+0..100; the node's score is the weighted mean of those, divided by 10 and
+rounded half up. An evaluation error counts 0 with failurePolicy Fail and
+leaves the rule out of the mean with Ignore. Audit rules are evaluated and
+explained but never counted. With no score rule, every node scores 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import cel
+from .evaluation import Outcome, current_time, matching_scopes, run_rule
+from .filtering import NO_NODE_INFO, RuleEvent, node_name
+from .policy import PolicySet
+
+MAX_EXTENDER_PRIORITY = 10
+RULE_MAX = 100
+
+
+@dataclass
+class Contribution:
+    policy: str
+    rule: str
+    weight: int
+    value: float | None  # the clamped rule score; None when the rule was left out
+    error: str | None = None
+    audit: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "rule": self.rule, "weight": self.weight, "score": self.value, "error": self.error, "audit": self.audit}
+
+
+@dataclass
+class NodeScore:
+    node: str
+    score: int
+    contributions: list[Contribution] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "score": self.score, "contributions": [c.to_dict() for c in self.contributions], "rules": [o.to_dict() for o in self.outcomes]}
+
+
+@dataclass
+class ScoreResult:
+    generation: str
+    scores: dict[str, int] = field(default_factory=dict)
+    errors: list[RuleEvent] = field(default_factory=list)
+    evaluations: int = 0
+    explanation: list[NodeScore] | None = None
+    matched: list[str] = field(default_factory=list)
+
+
+def to_rule_score(value: Any) -> float:
+    """A rule's value as a 0..100 number; anything but int or double is an error."""
+    t = type(value)
+    if t is bool or not (t is int or t is float or isinstance(value, int)):
+        raise cel.EvalError(f"score must give an int or double, got {cel.values.type_name(value)}")
+    number = float(value)
+    if math.isnan(number):
+        raise cel.EvalError("score is NaN")
+    return min(max(number, 0.0), float(RULE_MAX))
+
+
+def combine(weighted: list[tuple[int, float]]) -> int:
+    """Weighted mean of 0..100 rule scores, mapped to 0..10, rounded half up."""
+    total = sum(w for w, _ in weighted)
+    if total == 0:
+        return 0
+    mean = sum(w * v for w, v in weighted) / total
+    return min(MAX_EXTENDER_PRIORITY, int(mean * MAX_EXTENDER_PRIORITY / RULE_MAX + 0.5))
+
+
+def score_nodes(
+    policy_set: PolicySet,
+    pod: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]],
+    *,
+    node_info: Mapping[str, Any] | None = None,
+    now: Any = None,
+    explain: bool = False,
+) -> ScoreResult:
+    result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
+    scopes = matching_scopes(policy_set, pod, {"pod": pod, "now": now if now is not None else current_time()})
+    result.matched = [s.policy.name for s in scopes]
+    plan = [(scope, rule, *scope.caller(rule.expression)) for scope in scopes for rule in scope.policy.scores]
+    for node in nodes:
+        name = node_name(node)
+        info = node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO
+        cache: dict[str, Any] = {}
+        weighted: list[tuple[int, float]] = []
+        contributions: list[Contribution] = []
+        outcomes: list[Outcome] = []
+        for scope, rule, arity, fn, bind_error in plan:
+            result.evaluations += 1
+            error: str | None = None
+            if explain:
+                outcome = run_rule(scope, rule.expression, {"node": node, "nodeInfo": info}, cache, rule=rule.name, kind="score", timed=True)
+                outcomes.append(outcome)
+                raw, error = outcome.value, outcome.error
+            else:
+                try:
+                    if bind_error is not None:
+                        raise bind_error
+                    if arity == 1:
+                        raw = fn(node)  # type: ignore[misc]
+                    elif arity == 2:
+                        raw = fn(node, info)  # type: ignore[misc]
+                    elif arity == 0:
+                        raw = fn()  # type: ignore[misc]
+                    else:
+                        raw = scope.evaluate(rule.expression, {"node": node, "nodeInfo": info}, cache)
+                except cel.EvalError as exc:
+                    error = exc.message
+            value: float | None = None
+            if error is None:
+                try:
+                    value = to_rule_score(raw)
+                except cel.EvalError as exc:
+                    error = exc.message
+            if error is not None:
+                result.errors.append(RuleEvent(scope.policy.name, rule.name, name, error))
+                value = 0.0 if scope.policy.fail_closed else None
+            audit = not scope.policy.enforce
+            if value is not None and not audit:
+                weighted.append((rule.weight, value))
+            if explain:
+                contributions.append(Contribution(scope.policy.name, rule.name, rule.weight, value, error, audit))
+                outcomes[-1].effect = "audit: not counted" if audit else ("left out (error, failurePolicy Ignore)" if value is None else f"scored {value:g} x{rule.weight}")
+        score = combine(weighted)
+        result.scores[name] = score
+        if result.explanation is not None:
+            result.explanation.append(NodeScore(name, score, contributions, outcomes))
+    return result
