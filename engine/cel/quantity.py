@@ -33,7 +33,7 @@ _BINARY_NAMES: Final = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
 _SUFFIX_CHARS: Final = frozenset("eEinumkKMGTP")
 # Aligning two scales further apart than this would build numbers of that many digits;
 # Kubernetes would try, we refuse rather than stall the scheduler on a hostile policy.
-_MAX_ALIGN: Final = 4096
+_MAX_ALIGN: Final = 1000
 
 
 def _fits(v: int) -> bool:
@@ -60,9 +60,11 @@ class Quantity:
         if s1 != s2 or s1 == 0:
             return (s1 > s2) - (s1 < s2)
         # Magnitudes first, so 1e2000000000 against 1 never builds a huge power of ten.
+        # floor(bits * log10(2)) is the digit count or one less, so a gap of 2 decides.
         m1, m2 = self.mantissa, other.mantissa
-        top1, top2 = len(str(abs(m1))) + self.exponent, len(str(abs(m2))) + other.exponent
-        if top1 != top2:
+        top1 = abs(m1).bit_length() * 30103 // 100000 + self.exponent
+        top2 = abs(m2).bit_length() * 30103 // 100000 + other.exponent
+        if abs(top1 - top2) >= 2:
             return s1 if top1 > top2 else -s1
         e = min(self.exponent, other.exponent)
         a, b = m1 * 10 ** (self.exponent - e), m2 * 10 ** (other.exponent - e)
@@ -173,7 +175,7 @@ def _scan(s: str) -> tuple[bool, str, str, str, str]:
     if pos >= end:
         return positive, "0", "0", "", ""
     start = pos
-    while pos < end and s[pos].isdigit() and s[pos].isascii():
+    while pos < end and s[pos] in "0123456789":
         pos += 1
     if pos >= end:
         return positive, s, s[start:], "", ""
@@ -205,7 +207,8 @@ def _interpret(suffix: str) -> tuple[int, int, str] | None:
         return 2, _BINARY_SUFFIXES[suffix], BINARY_SI
     if len(suffix) > 1 and suffix[0] in "eE":
         digits = suffix[1:]
-        if not digits.lstrip("+-").isdigit() or len(digits) - len(digits.lstrip("+-")) > 1:
+        unsigned = digits.lstrip("+-")
+        if not unsigned.isdigit() or len(digits) - len(unsigned) > 1 or len(unsigned.lstrip("0")) > 19:
             return None
         parsed = int(digits)
         if not _fits(parsed):
@@ -250,6 +253,8 @@ def _parse_dec(value: str, base: int, exponent: int, fmt: str) -> Quantity:
     whole, _, frac = body.partition(".")
     if not (whole + frac).isdigit():
         raise EvalError(ERR_NUMERIC)
+    if len(whole + frac) > _MAX_ALIGN:
+        raise EvalError(f"{ERR_NUMERIC}: more than {_MAX_ALIGN} digits")
     unscaled, exp = int(whole + frac), -len(frac)
     if base == 10:
         exp += exponent
@@ -346,7 +351,14 @@ def as_integer(q: Quantity) -> int:
 
 register_type(Quantity, "kubernetes.Quantity")
 
-FUNCTIONS: dict[str, Any] = {"quantity": quantity, "isQuantity": is_quantity}
+def _sign(q: Any) -> int:
+    if type(q) is not Quantity:
+        raise no_such_overload("sign", q)
+    return q.sign()
+
+
+# Kubernetes declares sign as a global overload while documenting q.sign(); both work here.
+FUNCTIONS: dict[str, Any] = {"quantity": quantity, "isQuantity": is_quantity, "sign": _sign}
 
 METHODS: dict[str, dict[type, Any]] = {
     "sign": {Quantity: lambda q: q.sign()},

@@ -1,18 +1,13 @@
-"""CEL's ``google.protobuf.Timestamp`` and ``google.protobuf.Duration``.
+"""CEL's ``google.protobuf.Timestamp`` and ``google.protobuf.Duration``, as cel-go
+(which Kubernetes embeds) has them, so policies behave as in the API server.
 
-Semantics follow cel-go, which Kubernetes embeds, so policies behave as they
-would in the API server:
-
-* timestamps span 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z;
-* durations are int64 nanoseconds (about ±292 years), like Go's
-  ``time.Duration``. The protobuf type allows ±10000 years, but cel-go (and
-  the conformance case ``timestamp_range/sub_time_duration_over``) reject a
-  9998-year timestamp difference, so the narrower range is the CEL-visible one;
-* ``timestamp(string)`` accepts strict RFC 3339 (``T`` and ``Z`` upper case,
-  two-digit fields, fractions beyond 9 digits truncated, as Go's parser does);
-* ``duration(string)`` is Go's ``time.ParseDuration``;
-* getters without a time zone use UTC. Unlike cel-go, a timestamp parsed with
-  an offset does not remember it: CEL timestamps are instants.
+Timestamps span 0001-01-01T00:00:00Z..9999-12-31T23:59:59.999999999Z. Durations
+are int64 nanoseconds (about ±292 years) like Go's ``time.Duration``: protobuf
+allows ±10000 years, but cel-go and the conformance case
+``timestamp_range/sub_time_duration_over`` reject a 9998-year difference.
+``timestamp(string)`` takes strict RFC 3339 as cel-go does; ``duration(string)``
+is Go's ``time.ParseDuration``. Getters default to UTC; unlike cel-go, a timestamp
+parsed with an offset does not keep it, since CEL timestamps are instants.
 """
 
 from __future__ import annotations
@@ -46,10 +41,8 @@ def _quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _trunc_div(a: int, b: int) -> int:
-    """Division truncating toward zero, as Go's integer division does."""
-    q = abs(a) // b
-    return q if a >= 0 else -q
+def _trunc_div(a: int, b: int) -> int:  # toward zero, as Go's integer division
+    return abs(a) // b if a >= 0 else -(abs(a) // b)
 
 
 def _compare(op: Callable[[int, int], bool]) -> Callable[[Any, object], bool]:
@@ -181,10 +174,8 @@ class Duration(_TimeValue):
         return self.nanos
 
     def cel_string(self) -> str:
-        """``string(duration)``: seconds with a fraction, as cel-go formats it:
-        ``FormatFloat(d.Seconds(), 'f', -1, 64) + "s"``. Going through a double
-        (shortest round-trip digits) drops nanoseconds past ~16 significant digits
-        exactly where cel-go does, so the strings match."""
+        """``string(duration)`` as cel-go: ``FormatFloat(d.Seconds(), 'f', -1, 64) + "s"``. Going
+        through a double drops nanoseconds past ~16 significant digits exactly where cel-go does."""
         whole = _trunc_div(self.nanos, NANOS)
         seconds = float(whole) + float(self.nanos - whole * NANOS) / 1e9
         return format(Decimal(repr(seconds)).normalize(), "f") + "s"
@@ -269,8 +260,9 @@ def parse_duration(text: str) -> Duration:
         raise fail()
     pos, total = 0, 0
     while pos < len(s):
-        match = _DURATION_PART.match(s, pos)
-        assert match is not None  # every group may be empty
+        match = _DURATION_PART.match(s, pos)  # always matches: every part is optional
+        if match is None:
+            raise fail()
         whole, digits, unit_name = match.group(1), match.group(2) or "", match.group(3)
         if not whole and not digits:
             raise fail()
@@ -311,11 +303,8 @@ _OFFSET = re.compile(r"([+-]?[0-9]+):([+-]?[0-9]+)")
 
 @lru_cache(maxsize=256)
 def _zone(tz: str) -> int | ZoneInfo:
-    """A time zone argument: a fixed offset in seconds, or an IANA zone.
-
-    As cel-go: anything with a colon is ``[+-]hh:mm`` (hours -23..23, minutes 0..59,
-    the sign of the hours applying to the minutes); anything else names a zone,
-    the empty string and "UTC" meaning UTC."""
+    """A time zone argument as cel-go reads it: with a colon, a fixed offset ``[+-]hh:mm``
+    (the hours' sign applies to the minutes), in seconds; otherwise an IANA zone name."""
     if tz in ("", "UTC"):
         return 0
     if ":" in tz:
@@ -346,8 +335,7 @@ def _offset_at(seconds: int, tz: str | None) -> int:
 
 
 def _timestamp_getter(name: str, field: Callable[[int, int, int, int, int, int], int]) -> Callable[..., int]:
-    """``ts.name()`` / ``ts.name(tz)``; ``field`` gets (days since epoch, second of day,
-    year, month, day, nanos) of the local time."""
+    """``ts.name()`` / ``ts.name(tz)``; ``field`` gets the local (days, second of day, y, m, d, nanos)."""
 
     def getter(ts: Timestamp, *tz: Any) -> int:
         if len(tz) > 1 or (tz and type(tz[0]) is not str):
@@ -416,7 +404,4 @@ for _name, _unit in _DURATION_UNITS.items():
     METHODS[_name][Duration] = _duration_getter(_name, _unit)
 RESULT_TYPES: dict[str, str] = {"timestamp": "timestamp", "duration": "duration", **{name: "int" for name in METHODS}}
 
-__all__ = [
-    "Duration", "FUNCTIONS", "MAX_DURATION_NANOS", "MAX_TIMESTAMP_SECONDS", "METHODS", "MIN_DURATION_NANOS",
-    "MIN_TIMESTAMP_SECONDS", "RESULT_TYPES", "Timestamp", "duration", "parse_duration", "parse_timestamp", "timestamp",
-]
+__all__ = ["Duration", "FUNCTIONS", "METHODS", "RESULT_TYPES", "Timestamp", "duration", "parse_duration", "parse_timestamp", "timestamp"]

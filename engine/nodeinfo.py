@@ -1,0 +1,113 @@
+"""``nodeInfo``: what a node already carries, as policies see it.
+
+    {"pods": [pod, ...], "podCount": 3, "requested": {"cpu": "1500m", "nvidia.com/gpu": "2", ...}}
+
+``requested`` sums the pods' container requests (as kube-scheduler does: the
+larger of the sum of containers and the largest init container, plus pod
+overhead), as canonical quantity strings for ``quantity()``. The server's
+cache keeps this incrementally; ``node_info_map`` builds it from scratch for
+``kpe explain`` and ``kpe test``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .cel import quantity as _q
+from .cel.quantity import Quantity, parse_quantity
+
+
+def _plus(a: Quantity, b: Quantity) -> Quantity:
+    return _q._add(a, b)
+
+
+def _minus(a: Quantity, b: Quantity) -> Quantity:
+    return _q._add(a, _q._negated(b))
+
+TERMINAL_PHASES = frozenset(("Succeeded", "Failed"))
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Quantity]:
+    """The effective requests of one pod, per resource."""
+    spec = pod.get("spec") or {}
+    total: dict[str, Quantity] = {}
+    for container in spec.get("containers") or []:
+        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            q = _quantity(value)
+            if q is not None:
+                total[name] = _plus(total[name], q) if name in total else q
+    for container in spec.get("initContainers") or []:
+        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            q = _quantity(value)
+            if q is not None and (name not in total or q.compare(total[name]) > 0):
+                total[name] = q
+    for name, value in (spec.get("overhead") or {}).items():
+        q = _quantity(value)
+        if q is not None:
+            total[name] = _plus(total[name], q) if name in total else q
+    return total
+
+
+def _quantity(value: Any) -> Quantity | None:
+    try:
+        return parse_quantity(str(value))
+    except Exception:  # noqa: BLE001 - a malformed request is the API server's problem, not a reason to fail a node
+        return None
+
+
+def is_active(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+class NodeInfoAccumulator:
+    """Incremental per-node view: add and remove pods as they come and go."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, Mapping[str, Any]] = {}
+        self.requested: dict[str, Quantity] = {}
+
+    def add(self, key: str, pod: Mapping[str, Any]) -> None:
+        if key in self.pods:
+            self.remove(key)
+        self.pods[key] = pod
+        for name, q in pod_requests(pod).items():
+            self.requested[name] = _plus(self.requested[name], q) if name in self.requested else q
+
+    def remove(self, key: str) -> None:
+        pod = self.pods.pop(key, None)
+        if pod is None:
+            return
+        for name, q in pod_requests(pod).items():
+            if name in self.requested:
+                left = _minus(self.requested[name], q)
+                if left.sign() <= 0 and not any(name in pod_requests(p) for p in self.pods.values()):
+                    del self.requested[name]
+                else:
+                    self.requested[name] = left
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "pods": list(self.pods.values()),
+            "podCount": len(self.pods),
+            "requested": {name: q.cel_string() for name, q in sorted(self.requested.items())},
+        }
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
+
+
+def node_info_map(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``nodeInfo`` for every node, from the active pods bound to it."""
+    acc: dict[str, NodeInfoAccumulator] = {}
+    for node in nodes:
+        name = (node.get("metadata") or {}).get("name")
+        if name:
+            acc[str(name)] = NodeInfoAccumulator()
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name in acc and is_active(pod):
+            acc[node_name].add(pod_key(pod), pod)
+    return {name: a.view() for name, a in acc.items()}

@@ -1,0 +1,202 @@
+"""The ``kpe`` command: check, test and explain policies (serve comes with the server).
+
+Exit codes: 0 clean, 1 policy errors or failed tests, 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from engine.errors import PolicyLoadError
+from engine.loader import load
+from engine.policy import PolicySet
+
+from engine.tables import render_table
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def default_policies() -> str:
+    """The shipped example policies: ./policies if present, else the ones beside the installed code."""
+    here = Path("policies")
+    if here.is_dir():
+        return str(here)
+    return str(Path(__file__).resolve().parent.parent / "policies")
+
+
+class UsageError(Exception):
+    """A problem with the command line or the files it names (exit 2)."""
+
+
+# -- check -----------------------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        policy_set = load(args.paths)
+    except PolicyLoadError as exc:
+        if args.output == "json":
+            json.dump({"ok": False, "errors": [e.to_dict() for e in exc.errors]}, out, indent=2)
+            out.write("\n")
+        else:
+            out.write(exc.render() + "\n")
+            count = len(exc.errors)
+            out.write(f"\n{count} error{'s' if count != 1 else ''} found.\n")
+        return EXIT_FAILED
+    if args.output == "json":
+        json.dump({"ok": True, "generation": policy_set.generation, "policies": [_policy_summary(p) for p in policy_set.policies]}, out, indent=2)
+        out.write("\n")
+    else:
+        rows = [[p.name, p.mode, p.failure_policy, _kinds(p), p.file] for p in policy_set.policies]
+        out.write(render_table(["POLICY", "MODE", "FAILURE", "DECISIONS", "FILE"], rows) + "\n")
+        out.write(f"{len(policy_set)} policies OK (generation {policy_set.generation}).\n")
+    return EXIT_OK
+
+
+def _kinds(policy: Any) -> str:
+    kinds = [k for k, present in (("filter", policy.filters), ("score", policy.scores), ("admission", policy.admission), ("preemption", policy.preemption)) if present]
+    return ",".join(kinds)
+
+
+def _policy_summary(policy: Any) -> dict[str, Any]:
+    return {"name": policy.name, "file": policy.file, "mode": policy.mode, "failurePolicy": policy.failure_policy, "decisions": _kinds(policy).split(",")}
+
+
+# -- test ------------------------------------------------------------------------
+
+
+def cmd_test(args: argparse.Namespace, out: TextIO) -> int:
+    from engine.policytest import junit_xml, run_test_files
+
+    results = run_test_files(args.paths)
+    if not results:
+        raise UsageError(f"no PolicyTest found in {', '.join(args.paths)}")
+    if args.junit:
+        Path(args.junit).write_text(junit_xml(results))
+    failed = [r for r in results if not r.passed]
+    if args.output == "json":
+        json.dump({"passed": len(results) - len(failed), "failed": len(failed), "cases": [_case_dict(r) for r in results]}, out, indent=2, default=str)
+        out.write("\n")
+    else:
+        rows = [["PASS" if r.passed else "FAIL", r.test, r.case, r.file] for r in results]
+        out.write(render_table(["RESULT", "TEST", "CASE", "FILE"], rows) + "\n")
+        for r in failed:
+            out.write(f"\nFAIL {r.test} / {r.case} ({r.file})\n")
+            if r.error:
+                out.write(f"  error: {r.error}\n")
+            for m in r.failures:
+                out.write(f"  {m.what}:\n    expected: {_show(m.expected)}\n    actual:   {_show(m.actual)}\n")
+        out.write(f"\n{len(results) - len(failed)} passed, {len(failed)} failed\n")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _case_dict(r: Any) -> dict[str, Any]:
+    return {
+        "file": r.file,
+        "test": r.test,
+        "case": r.case,
+        "passed": r.passed,
+        "error": r.error,
+        "failures": [{"what": m.what, "expected": m.expected, "actual": m.actual} for m in r.failures],
+    }
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else value
+
+
+# -- explain -----------------------------------------------------------------------
+
+
+def read_objects(path: str) -> list[dict[str, Any]]:
+    """Kubernetes objects from a JSON or YAML file: one object, a list, a ``*List``, or many YAML documents."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path} is not valid JSON or YAML: {exc}") from None
+    objects: list[dict[str, Any]] = []
+    for doc in docs:
+        items = doc.get("items") if isinstance(doc, dict) and "items" in doc else doc
+        for obj in items if isinstance(items, list) else [items]:
+            if not isinstance(obj, dict):
+                raise UsageError(f"{path}: expected Kubernetes objects, found {type(obj).__name__}")
+            objects.append(obj)
+    return objects
+
+
+def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
+    from engine.explain import explain
+
+    pods = read_objects(args.pod)
+    if len(pods) != 1:
+        raise UsageError(f"{args.pod} must hold exactly one pod, found {len(pods)}")
+    nodes = read_objects(args.nodes)
+    cluster_pods = read_objects(args.cluster_pods) if args.cluster_pods else []
+    try:
+        policy_set: PolicySet = load(args.policies or [default_policies()])
+    except PolicyLoadError as exc:
+        out.write(exc.render() + "\n")
+        return EXIT_FAILED
+    report = explain(policy_set, pods[0], nodes, cluster_pods=cluster_pods)
+    if args.output == "json":
+        json.dump(report.to_dict(), out, indent=2, default=str)
+        out.write("\n")
+    else:
+        out.write(report.render() + "\n")
+    return EXIT_OK
+
+
+# -- main --------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kpe", description="kpe: CEL scheduling policies for kube-scheduler")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    check = sub.add_parser("check", help="load policies and report every error")
+    check.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
+    check.add_argument("--output", choices=("text", "json"), default="text")
+    check.set_defaults(run=cmd_check)
+
+    test = sub.add_parser("test", help="run PolicyTest files")
+    test.add_argument("paths", nargs="+", metavar="PATH", help="PolicyTest files or directories")
+    test.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
+    test.add_argument("--output", choices=("text", "json"), default="text")
+    test.set_defaults(run=cmd_test)
+
+    exp = sub.add_parser("explain", help="show what the policies decide for a pod on each node")
+    exp.add_argument("--pod", required=True, metavar="FILE", help="the pod (JSON or YAML)")
+    exp.add_argument("--nodes", required=True, metavar="FILE", help="nodes: a NodeList, a list, or YAML documents")
+    exp.add_argument("--cluster-pods", metavar="FILE", help="pods already running (for nodeInfo and admission)")
+    exp.add_argument("--policies", nargs="+", metavar="PATH", help="policy files or directories (default: the shipped policies)")
+    exp.add_argument("--output", choices=("table", "json"), default="table")
+    exp.set_defaults(run=cmd_explain)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    stream = out or sys.stdout
+    try:
+        code: int = args.run(args, stream)
+    except UsageError as exc:
+        print(f"kpe {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
