@@ -90,7 +90,7 @@ class _PolicyCompiler:
                 self.error(
                     "KPE305",
                     path,
-                    f"variable '{name}' reads node or nodeInfo, which {_KIND_TEXT.get(kind, kind)} expressions cannot see",
+                    f"variable '{name}' reads node or nodeInfo, which {_KIND_TEXT.get(kind, kind)} expression cannot see",
                 )
                 return None
         scope = list(SCOPES[scope_kind])

@@ -207,8 +207,9 @@ def _civil_from_days(z: int) -> tuple[int, int, int]:
     return yoe + era * 400 + (m <= 2), m, d
 
 
+# Years past four digits are let through so that they fail the range check, a clearer message.
 _RFC3339 = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]+))?(?:Z|([+-])([0-9]{2}):([0-9]{2}))"
+    r"([0-9]{4,19})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]+))?(?:Z|([+-])([0-9]{2}):([0-9]{2}))"
 )
 
 

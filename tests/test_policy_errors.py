@@ -1,0 +1,41 @@
+"""The exact text a policy author sees for broken files (cases in cases/load_errors.yaml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from engine.errors import PolicyLoadError
+from engine.loader import load
+
+CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "cases" / "load_errors.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_broken_policy_files_report_every_error_with_location(case: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, content in case["files"].items():
+        (tmp_path / name).write_text(content)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PolicyLoadError) as info:
+        load(sorted(case["files"]))
+    assert info.value.render() == case["errors"]
+
+
+def test_errors_are_sorted_by_file_line_and_column(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("b.yaml", "a.yaml"):
+        Path(name).write_text("apiVersion: kpe.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: p}\nspec: {bogus: 1}\n")
+    with pytest.raises(PolicyLoadError) as info:
+        load(["b.yaml", "a.yaml"])
+    assert [(e.location.file, e.location.line) for e in info.value.errors] == sorted((e.location.file, e.location.line) for e in info.value.errors)
+    assert info.value.errors[0].location.file == "a.yaml"
+
+
+def test_a_missing_path_is_an_error_not_an_empty_set(tmp_path: Path) -> None:
+    with pytest.raises(PolicyLoadError) as info:
+        load([tmp_path / "nope"])
+    assert info.value.errors[0].code == "KPE100"
+    assert "no such file or directory" in info.value.render()
