@@ -54,6 +54,7 @@ class _PolicyCompiler:
         self.spec: dict[str, Any] = self.data["spec"]
         self.errors: list[PolicyError] = []
         self.variables: dict[str, Variable] = {}
+        self.broken: set[str] = set()
 
     def error(self, code: str, path: Path, message: str, *, snippet: str = "", location: Location | None = None, key: bool = False) -> None:
         self.errors.append(
@@ -81,6 +82,8 @@ class _PolicyCompiler:
             return None
         used = _variable_references(root)
         known = set(self.variables)
+        if any(name in self.broken for name in used):
+            return None  # the variable's own error is reported; repeating it at every use is noise
         for name in used:
             if name not in known:
                 defined = ", ".join(self.variables) or "none"
@@ -150,6 +153,7 @@ class _PolicyCompiler:
         for i, raw in enumerate(spec.get("variables") or []):
             expr = self.expression(("spec", "variables", i, "expression"), "variable")
             if expr is None:
+                self.broken.add(raw["name"])
                 continue
             reads_node = bool(expr.program.free_variables & set(NODE_SCOPE)) or any(
                 self.variables[v].node_scoped for v in expr.variables

@@ -13,6 +13,7 @@ values to plain Python, with bool and int told apart.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import celpy
@@ -23,7 +24,12 @@ from hypothesis import strategies as st
 
 import engine.cel as cel
 
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# KPE_PROPERTY_EXAMPLES=5000 for a longer bug hunt; the default keeps the suite fast.
+SETTINGS = settings(
+    max_examples=int(os.environ.get("KPE_PROPERTY_EXAMPLES", "200")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 _ENV = celpy.Environment()
 
@@ -60,20 +66,30 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+_CELPY_FAILED = object()
+
+
 def celpy_eval(text: str, activation: dict[str, Any]) -> Any:
-    """cel-python's answer as plain Python; skips the example if cel-python fails."""
+    """cel-python's answer as plain Python, or ``_CELPY_FAILED``."""
     try:
         program = _ENV.program(_ENV.compile(text))
         result = program.evaluate({name: celpy.json_to_cel(v) for name, v in activation.items()})
     except Exception:  # noqa: BLE001 - cel-python's failures are not what is under test
-        assume(False)
-    assume(not isinstance(result, celpy.CELEvalError))
-    return plain(result)
+        return _CELPY_FAILED
+    return _CELPY_FAILED if isinstance(result, celpy.CELEvalError) else plain(result)
 
 
-def assert_matches_cel_python(text: str, activation: dict[str, Any]) -> None:
+def assert_matches_cel_python(text: str, activation: dict[str, Any], *, errors_agree: bool = False) -> None:
+    """kpe gives cel-python's answer. Where cel-python fails the example is skipped,
+    unless ``errors_agree`` (no error absorption in play): then kpe must fail too."""
     expected = celpy_eval(text, activation)
-    actual = cel.compile(text, variables=list(activation)).evaluate(activation)
+    program = cel.compile(text, variables=list(activation))
+    if expected is _CELPY_FAILED:
+        assume(errors_agree)
+        with pytest.raises(cel.EvalError):
+            program.evaluate(activation)
+        return
+    actual = program.evaluate(activation)
     assert same(actual, expected), f"{text!r} with {activation!r}: kpe gave {actual!r}, cel-python {expected!r}"
 
 
@@ -261,12 +277,15 @@ def test_int_lists_and_comprehensions_match_cel_python(text: str, xs: list[int],
 
 
 @SETTINGS
-@given(text=label_tests(), labels=LABELS, name=POD_NAMES, with_labels=st.booleans())
-def test_label_maps_and_has_match_cel_python(text: str, labels: dict[str, str], name: str, with_labels: bool) -> None:
-    pod: dict[str, Any] = {"metadata": {"name": name}, "spec": {}}
-    if with_labels:
-        pod["metadata"]["labels"] = labels
-    assert_matches_cel_python(text, {"pod": pod})
+@given(text=label_tests(), labels=LABELS, name=POD_NAMES, with_spec=st.booleans())
+def test_label_maps_and_has_match_cel_python(text: str, labels: dict[str, str], name: str, with_spec: bool) -> None:
+    # Labels are always present: for has(a.b.c) with a.b missing, CEL (and kpe) give
+    # "no such key: b" while cel-python answers false.
+    pod: dict[str, Any] = {"metadata": {"name": name, "labels": labels}}
+    if with_spec:
+        pod["spec"] = {}
+    # A missing key or a repeated map-literal key fails in both.
+    assert_matches_cel_python(text, {"pod": pod}, errors_agree=True)
 
 
 # --- kpe's own promises ---------------------------------------------------------------------

@@ -503,9 +503,9 @@ def test_operators_on_mismatched_types_are_no_such_overload() -> None:
 def test_values_are_immutable_hashable_and_picklable() -> None:
     t, dur = Timestamp(5, 6), Duration(7)
     with pytest.raises(AttributeError):
-        t.seconds = 1  # type: ignore[misc]
+        t.seconds = 1
     with pytest.raises(AttributeError):
-        dur.nanos = 1  # type: ignore[misc]
+        dur.nanos = 1
     assert {t: 1}[Timestamp(5, 6)] == 1 and {dur: 1}[Duration(7)] == 1
     assert pickle.loads(pickle.dumps(t)) == t and pickle.loads(pickle.dumps(dur)) == dur
     assert Timestamp(0, -1) == Timestamp(-1, 999_999_999)  # nanos are normalised into [0, 1e9)
