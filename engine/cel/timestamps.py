@@ -18,7 +18,7 @@ import operator
 import re
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Callable, Final
 from zoneinfo import ZoneInfo
 
@@ -37,8 +37,7 @@ _TS_RANGE = "timestamp overflow: out of range 0001-01-01T00:00:00Z to 9999-12-31
 _DUR_RANGE = "duration overflow: out of range -2562047h47m16.854775808s to 2562047h47m16.854775807s"
 
 
-def _quote(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+_quote: Callable[[str], str] = partial(json.dumps, ensure_ascii=False)
 
 
 def _trunc_div(a: int, b: int) -> int:  # toward zero, as Go's integer division
@@ -54,8 +53,7 @@ def _compare(op: Callable[[int, int], bool]) -> Callable[[Any, object], bool]:
 
 
 class _TimeValue:
-    """Immutability, ordering and hashing shared by both types; ``_key()`` is the
-    value in nanoseconds."""
+    """Immutability, ordering and hashing for both types; ``_key()`` is the value in nanoseconds."""
 
     __slots__ = ()
     _key: Callable[[], int]
@@ -65,7 +63,7 @@ class _TimeValue:
         raise AttributeError(f"{type(self).__name__} is immutable")
 
     __delattr__ = __setattr__  # type: ignore[assignment]
-    __eq__ = _compare(operator.eq)  # type: ignore[assignment]
+    __eq__ = _compare(operator.eq)
     __lt__ = _compare(operator.lt)
     __le__ = _compare(operator.le)
     __gt__ = _compare(operator.gt)
@@ -104,8 +102,7 @@ class Timestamp(_TimeValue):
     def _key(self) -> int:
         return self.seconds * NANOS + self.nanos
 
-    def __reduce__(self) -> tuple[type, tuple[int, int]]:
-        # Default slot pickling would restore state through the blocked __setattr__.
+    def __reduce__(self) -> tuple[type, tuple[int, int]]:  # default pickling would hit __setattr__
         return (Timestamp, (self.seconds, self.nanos))
 
     def __add__(self, other: object) -> Timestamp:
@@ -117,7 +114,7 @@ class Timestamp(_TimeValue):
 
     def __sub__(self, other: object) -> Timestamp | Duration:
         if type(other) is Duration:
-            return Timestamp(0, self._key() - other.nanos)
+            return self + -other  # as cel-go, so subtracting the smallest duration overflows
         if type(other) is Timestamp:
             return Duration(self._key() - other._key())
         return NotImplemented
@@ -127,8 +124,7 @@ class Timestamp(_TimeValue):
         return self.seconds
 
     def cel_string(self) -> str:
-        """``string(timestamp)``: RFC 3339 in UTC with only the fraction digits needed
-        (Go's ``time.RFC3339Nano`` layout)."""
+        """``string(timestamp)``: RFC 3339 in UTC, fraction digits as needed (Go's ``RFC3339Nano``)."""
         days, sod = divmod(self.seconds, 86400)
         y, m, d = _civil_from_days(days)
         frac = f".{self.nanos:09d}".rstrip("0") if self.nanos else ""
@@ -299,7 +295,7 @@ def parse_duration(text: str) -> Duration:
 
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_OFFSET = re.compile(r"([+-]?[0-9]+):([+-]?[0-9]+)")
+_OFFSET = re.compile(r"([+-]?[0-9]{1,18}):([+-]?[0-9]{1,18})")  # Go Atoi syntax; the bound keeps int() small
 
 
 @lru_cache(maxsize=256)
@@ -326,10 +322,10 @@ def _zone(tz: str) -> int | ZoneInfo:
 
 def _offset_at(seconds: int, tz: str | None) -> int:
     zone = 0 if tz is None else _zone(tz)
-    if type(zone) is int:
+    if isinstance(zone, int):
         return zone
-    # datetime cannot hold local times outside years 1..9999; zone rules do not
-    # change within two days of the range ends, so look a little inside them.
+    # datetime cannot hold local times outside years 1..9999. No zone changes offset in
+    # the first or last two days of the range (local mean time; no late-December rules).
     seconds = min(max(seconds, MIN_TIMESTAMP_SECONDS + 172800), MAX_TIMESTAMP_SECONDS - 172800)
     local = (_EPOCH + timedelta(seconds=seconds)).astimezone(zone)
     return local.utcoffset() // timedelta(seconds=1)  # type: ignore[operator]
