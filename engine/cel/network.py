@@ -17,10 +17,13 @@ _ESCAPES: Final = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\
 
 
 def go_quote(s: str) -> str:
-    """Go's strconv.Quote (the %q verb), which Kubernetes' error messages use."""
+    """Go's strconv.Quote (the %q verb), which Kubernetes' error messages use. Bytes
+    that were not UTF-8, decoded with surrogateescape, come out as \\xNN as in Go."""
     out = ['"']
     for ch in s:
-        if ch in '"\\':
+        if 0xDC80 <= ord(ch) <= 0xDCFF:
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        elif ch in '"\\':
             out.append("\\" + ch)
         elif ch.isprintable():
             out.append(ch)
@@ -316,7 +319,8 @@ def is_ip(s: Any) -> bool:
 
 
 def ip_is_canonical(s: Any) -> bool:
-    return _parse_ip(_string_arg("ip.isCanonical", s)).cel_string() == s
+    text = _string_arg("ip.isCanonical", s)
+    return _parse_ip(text).cel_string() == text
 
 
 def cidr(s: Any) -> CIDR:

@@ -36,6 +36,11 @@ _SUFFIX_CHARS: Final = frozenset("eEinumkKMGTP")
 _MAX_ALIGN: Final = 1000
 
 
+def _pow10(n: int) -> int:
+    """10**n for n >= 0, typed as int (``int ** int`` is Any to mypy)."""
+    return int(10**n)
+
+
 def _fits(v: int) -> bool:
     return INT64_MIN <= v <= INT64_MAX
 
@@ -67,7 +72,7 @@ class Quantity:
         if abs(top1 - top2) >= 2:
             return s1 if top1 > top2 else -s1
         e = min(self.exponent, other.exponent)
-        a, b = m1 * 10 ** (self.exponent - e), m2 * 10 ** (other.exponent - e)
+        a, b = m1 * _pow10(self.exponent - e), m2 * _pow10(other.exponent - e)
         return (a > b) - (a < b)
 
     def _normal(self) -> tuple[int, int]:
@@ -97,7 +102,7 @@ class Quantity:
             return self.mantissa
         if self.exponent > 18:
             return None
-        v = self.mantissa * 10**self.exponent
+        v = self.mantissa * _pow10(self.exponent)
         return v if _fits(v) else None
 
     def as_approximate_float(self) -> float:
@@ -159,8 +164,8 @@ def _go_pow10(n: int) -> float:
 def _round_to_integer(m: int, e: int) -> tuple[int, bool]:
     """The value as an integer rounded away from zero, and whether that was exact."""
     if e >= 0:
-        return m * 10**e, True
-    q, r = divmod(abs(m), 10**-e)
+        return m * _pow10(e), True
+    q, r = divmod(abs(m), _pow10(-e))
     q += r != 0
     return (q if m > 0 else -q), r == 0
 
@@ -262,10 +267,10 @@ def _parse_dec(value: str, base: int, exponent: int, fmt: str) -> Quantity:
         unscaled <<= exponent
     # Round away from zero to nano units: asking for a sliver of a resource gets some.
     if unscaled and exp < -9:
-        q, r = divmod(unscaled, 10 ** (-9 - exp))
+        q, r = divmod(unscaled, _pow10(-9 - exp))
         unscaled, exp = q + (r != 0), -9
     elif unscaled and -9 - exp > -_MAX_ALIGN:
-        unscaled, exp = unscaled * 10 ** (exp + 9), -9
+        unscaled, exp = unscaled * _pow10(exp + 9), -9
     if fmt == BINARY_SI and Quantity(unscaled, exp, True, fmt).compare(_MAX_INT64) > 0:
         unscaled, exp = INT64_MAX, 0
     if fmt == BINARY_SI and 0 < unscaled and Quantity(unscaled, exp, True, fmt).compare(_ONE) < 0:
@@ -287,7 +292,7 @@ def _int_add(a: Quantity, b: Quantity) -> Quantity | None:
     if diff > 18:
         return None
     hi, lo = (a, b) if a.exponent >= b.exponent else (b, a)
-    shifted = hi.mantissa * 10**diff
+    shifted = hi.mantissa * _pow10(diff)
     total = shifted + lo.mantissa
     if not _fits(shifted) or not _fits(total):
         return None
@@ -304,7 +309,7 @@ def _add(q: Quantity, y: Quantity) -> Quantity:
     e = min(q.exponent, y.exponent)
     if max(q.exponent, y.exponent) - e > _MAX_ALIGN and q.mantissa and y.mantissa:
         raise EvalError("quantity arithmetic out of range: the operands' scales are too far apart")
-    total = q.mantissa * 10 ** (q.exponent - e) + y.mantissa * 10 ** (y.exponent - e)
+    total = q.mantissa * _pow10(q.exponent - e) + y.mantissa * _pow10(y.exponent - e)
     return Quantity(total, e, True, fmt)
 
 
