@@ -52,6 +52,7 @@ class FilterResult:
     errors: list[RuleEvent] = field(default_factory=list)
     audit_rejections: list[RuleEvent] = field(default_factory=list)
     evaluations: int = 0
+    rule_counts: list[tuple[str, str, int]] = field(default_factory=list)  # (policy, rule, evaluations)
     explanation: list[NodeVerdict] | None = None
     matched: list[str] = field(default_factory=list)
     match_outcomes: list[Outcome] = field(default_factory=list)
@@ -83,6 +84,7 @@ def filter_nodes(
     ordered += [(s, r) for s in scopes if not s.policy.enforce for r in s.policy.filters]
     plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in ordered]
 
+    counts = [0] * len(plan)
     for node in nodes:
         name = node_name(node)
         info = node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO
@@ -90,11 +92,11 @@ def filter_nodes(
         reason = ""
         cache: dict[str, Any] = {}
         outcomes: list[Outcome] = []
-        for scope, rule, arity, fn, bind_error in plan:
+        for i, (scope, rule, arity, fn, bind_error) in enumerate(plan):
             enforce = scope.policy.enforce
             if verdict is not None and enforce and not explain:
                 continue
-            result.evaluations += 1
+            counts[i] += 1
             if explain:
                 outcome = run_rule(scope, rule.expression, {"node": node, "nodeInfo": info}, cache, rule=rule.name, kind="filter", timed=True)
                 value, error = outcome.value, outcome.error
@@ -143,6 +145,8 @@ def filter_nodes(
             result.unresolvable[name] = reason
         if result.explanation is not None:
             result.explanation.append(NodeVerdict(name, verdict or "pass", reason, outcomes))
+    result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule, *_), n in zip(plan, counts)]
+    result.evaluations = sum(counts)
     return result
 
 

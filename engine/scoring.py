@@ -53,6 +53,7 @@ class ScoreResult:
     scores: dict[str, int] = field(default_factory=dict)
     errors: list[RuleEvent] = field(default_factory=list)
     evaluations: int = 0
+    rule_counts: list[tuple[str, str, int]] = field(default_factory=list)  # (policy, rule, evaluations)
     explanation: list[NodeScore] | None = None
     matched: list[str] = field(default_factory=list)
 
@@ -90,6 +91,7 @@ def score_nodes(
     scopes = matching_scopes(policy_set, pod, {"pod": pod, "now": now if now is not None else current_time()})
     result.matched = [s.policy.name for s in scopes]
     plan = [(scope, rule, *scope.caller(rule.expression)) for scope in scopes for rule in scope.policy.scores]
+    counts = [0] * len(plan)
     for node in nodes:
         name = node_name(node)
         info = node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO
@@ -97,8 +99,8 @@ def score_nodes(
         weighted: list[tuple[int, float]] = []
         contributions: list[Contribution] = []
         outcomes: list[Outcome] = []
-        for scope, rule, arity, fn, bind_error in plan:
-            result.evaluations += 1
+        for i, (scope, rule, arity, fn, bind_error) in enumerate(plan):
+            counts[i] += 1
             error: str | None = None
             if explain:
                 outcome = run_rule(scope, rule.expression, {"node": node, "nodeInfo": info}, cache, rule=rule.name, kind="score", timed=True)
@@ -137,4 +139,6 @@ def score_nodes(
         result.scores[name] = score
         if result.explanation is not None:
             result.explanation.append(NodeScore(name, score, contributions, outcomes))
+    result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule, *_), n in zip(plan, counts)]
+    result.evaluations = sum(counts)
     return result

@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--output", choices=("table", "json"), default="table")
     exp.set_defaults(run=cmd_explain)
 
+    from .serve import add_serve_command
+
+    add_serve_command(sub)
     return parser
 
 

@@ -16,7 +16,9 @@ from .network import go_quote, parse_addr
 from .values import register_type
 
 _PATH, _PATH_SEGMENT, _HOST, _ZONE, _USER_PASSWORD, _QUERY_COMPONENT, _FRAGMENT = range(1, 8)
-_ALNUM: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+_ALPHA: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_DIGITS: Final = frozenset(b"0123456789")
+_ALNUM: Final = _ALPHA | _DIGITS
 _HEX: Final = frozenset(b"0123456789abcdefABCDEF")
 _USERINFO: Final = _ALNUM | frozenset(b"-._:~!$&'()*+,;=%@")
 
@@ -96,7 +98,8 @@ def _valid_encoded(s: bytes, mode: int) -> bool:
 
 
 def _valid_port(colon_port: bytes) -> bool:
-    return not colon_port or colon_port[:1] == b":" and colon_port[1:].isdigit() or colon_port == b":"
+    """Go's validOptionalPort: empty, or ':' and digits (possibly none)."""
+    return not colon_port or colon_port[:1] == b":" and all(c in _DIGITS for c in colon_port[1:])
 
 
 @dataclass
@@ -210,12 +213,8 @@ def _parse(raw: bytes, via_request: bool) -> _Parsed:
         u.path = b"*"
         return u
     rest = raw
-    for i, c in enumerate(raw):
-        if c in _ALNUM and not 0x30 <= c <= 0x39:
-            continue
-        if 0x30 <= c <= 0x39 or c in b"+-.":
-            if i == 0:
-                break
+    for i, c in enumerate(raw):  # a scheme is [a-zA-Z][a-zA-Z0-9+-.]* before a ':'
+        if c in _ALPHA or i > 0 and (c in _DIGITS or c in b"+-."):
             continue
         if c == 0x3A:  # ':'
             if i == 0:

@@ -1,0 +1,120 @@
+"""The Starlette application: routes, and a lifespan that owns every background task.
+
+Background work (policy reload watcher, node and pod informers) starts in the
+lifespan and stops with it; nothing runs from module globals, so several apps
+can live in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import introspection
+from .decisionlog import DecisionLog
+from .extender import VERBS, verb
+from .logs import request_id
+from .policystore import PolicyStore
+from .settings import Settings
+from .state import ServerState
+
+log = logging.getLogger("kpe.server")
+
+
+class RequestIdMiddleware:
+    """Takes ``X-Request-Id`` from the caller or makes one; logs and the response carry it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = ""
+        for key, value in scope.get("headers", []):
+            if key == b"x-request-id":
+                rid = value.decode("latin-1")[:64]
+        rid = rid or uuid.uuid4().hex[:16]
+        token = request_id.set(rid)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode("latin-1"))]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            request_id.reset(token)
+
+
+async def connect_cluster(settings: Settings) -> Any:
+    """A Kubernetes client, or None when kpe runs without cluster access."""
+    if settings.cluster == "off":
+        return None
+    from .kube import KubeClient
+
+    return await KubeClient.connect(kubeconfig=settings.kubeconfig, required=settings.cluster == "on")
+
+
+def create_app(settings: Settings, *, store: PolicyStore | None = None, client: Any = None, connect: bool = True) -> Starlette:
+    """The kpe app. ``client`` injects a Kubernetes client (tests); otherwise the
+    lifespan connects according to ``settings.cluster`` unless ``connect`` is False."""
+    store = store or PolicyStore(settings.policies)
+    if not store.ready:
+        store.load_initial()
+    state = ServerState(settings=settings, store=store, decisions=DecisionLog(settings.decision_log_size), client=client)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(store.watch(debounce_ms=settings.reload_debounce_ms, stop=stop), name="policy-watch")]
+        if state.client is None and connect:
+            state.client = await connect_cluster(settings)
+        if state.client is None:
+            log.warning(
+                "no cluster credentials: serving whole-node requests only; requests with node names "
+                "(nodeCacheCapable: true), victims by UID and bind will be answered with an error"
+            )
+        else:
+            from .cache import ClusterCache
+
+            state.cache = ClusterCache(state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s)
+            tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
+        log.info("kpe serving", extra={"generation": store.current.generation, "prefix": settings.prefix, "cluster": state.client is not None})
+        try:
+            yield
+        finally:
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if state.client is not None and client is None:
+                await state.client.close()
+
+    prefix = settings.prefix.rstrip("/")
+    routes = [Route(f"{prefix}/{name}", verb(name, handler), methods=["POST"], name=name) for name, handler in VERBS.items()]
+    routes += [
+        Route("/healthz", introspection.healthz, methods=["GET"]),
+        Route("/readyz", introspection.readyz, methods=["GET"]),
+        Route("/metrics", introspection.metrics, methods=["GET"]),
+        Route("/apis/v1/__services__", introspection.services, methods=["GET"]),
+        Route("/apis/v1/policies", introspection.policies, methods=["GET"]),
+        Route("/apis/v1/nodes/{name}", introspection.node, methods=["GET"]),
+        Route("/apis/v1/explain", introspection.explain_endpoint, methods=["POST"]),
+        Route("/apis/v1/decisions", introspection.decisions, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestIdMiddleware)])
+    app.state.kpe = state
+    return app

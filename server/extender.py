@@ -1,0 +1,249 @@
+"""The extender verbs kube-scheduler calls: filter, prioritize, preempt, bind, and kpe's admit.
+
+Each request reads the policy set reference once and answers from that
+generation (named in the ``X-Kpe-Policy-Generation`` header and the logs).
+Bad input is a 400 with a message; evaluation errors are node failures, never
+HTTP errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from engine.admission import admit
+from engine.filtering import filter_nodes
+from engine.preemption import preempt
+from engine.scoring import score_nodes
+
+from .state import ServerState
+from .wire import (
+    WireError,
+    decode_binding_args,
+    decode_extender_args,
+    decode_preemption_args,
+    field_ci,
+    filter_result,
+    host_priority_list,
+    preemption_result,
+)
+
+log = logging.getLogger("kpe.extender")
+GENERATION_HEADER = "X-Kpe-Policy-Generation"
+NO_CLUSTER = (
+    "kpe has no cluster access, so it cannot resolve node names: configure the extender with "
+    "nodeCacheCapable: false, or give kpe credentials (in-cluster service account or --kubeconfig)"
+)
+
+
+class HTTPProblem(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json", headers=headers)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The body as JSON, refusing more than ``limit`` bytes before reading them all."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise HTTPProblem(413, f"request body of {declared} bytes is over the limit of {limit} bytes (--max-body-bytes)")
+        except ValueError:
+            raise HTTPProblem(400, "invalid Content-Length header") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPProblem(413, f"request body is over the limit of {limit} bytes (--max-body-bytes)")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise HTTPProblem(400, "request body is empty; expected JSON")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise HTTPProblem(400, f"malformed JSON: {exc}") from None
+
+
+def pod_label(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+
+
+Handler = Callable[[Request, ServerState], Awaitable[Response]]
+
+
+def verb(name: str, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap a verb: state, body errors as 400s, metrics and latency."""
+
+    async def endpoint(request: Request) -> Response:
+        state: ServerState = request.app.state.kpe
+        start = time.perf_counter()
+        try:
+            response = await handler(request, state)
+        except HTTPProblem as exc:
+            response = json_response({"Error": exc.message}, exc.status)
+        except WireError as exc:
+            response = json_response({"Error": f"invalid {name} request: {exc}"}, 400)
+        except Exception as exc:  # noqa: BLE001 - a bug must not take the worker down; the scheduler gets a clear error
+            log.exception("internal error in %s", name)
+            response = json_response({"Error": f"kpe internal error in {name}: {type(exc).__name__}: {exc}"}, 500)
+        state.metrics.requests.labels(name, str(response.status_code)).inc()
+        state.metrics.latency.labels(name).observe(time.perf_counter() - start)
+        return response
+
+    endpoint.__name__ = name
+    return endpoint
+
+
+async def handle_filter(request: Request, state: ServerState) -> Response:
+    policy_set = state.store.current
+    args = decode_extender_args(await read_json(request, state.settings.max_body_bytes), "filter")
+    headers = {GENERATION_HEADER: policy_set.generation}
+    failed: dict[str, str] = {}
+    if args.nodes is not None:
+        nodes = args.nodes
+    else:
+        if state.cache is None:
+            return json_response(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=NO_CLUSTER), headers=headers)
+        nodes, failed = state.resolve_nodes(args.node_names or [], "filter")
+    state.metrics.nodes_per_request.labels("filter").observe(len(nodes) + len(failed))
+    result = filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info())
+    failed.update(result.failed)
+    state.metrics.count_rules("filter", result.rule_counts, result.errors, result.audit_rejections)
+    for reason in list(result.failed.values()) + list(result.unresolvable.values()):
+        policy, _, rest = reason.partition("/")
+        state.metrics.rejections.labels(policy, rest.partition(":")[0]).inc()
+    passed = set(result.passed)
+    if args.nodes is not None:
+        answer = filter_result(
+            nodes=[n for n in args.nodes if n["metadata"]["name"] in passed],
+            node_names=None,
+            list_meta=args.node_list_meta,
+            failed=failed,
+            unresolvable=result.unresolvable,
+        )
+    else:
+        answer = filter_result(
+            nodes=None,
+            node_names=[n for n in args.node_names or [] if n in passed],
+            list_meta={},
+            failed=failed,
+            unresolvable=result.unresolvable,
+        )
+    state.record("filter", args.pod, policy_set.generation, passed=len(passed), failed=failed, unresolvable=result.unresolvable, policies=result.matched)
+    return json_response(answer, headers=headers)
+
+
+async def handle_prioritize(request: Request, state: ServerState) -> Response:
+    policy_set = state.store.current
+    args = decode_extender_args(await read_json(request, state.settings.max_body_bytes), "prioritize")
+    headers = {GENERATION_HEADER: policy_set.generation}
+    if args.nodes is not None:
+        nodes, order = args.nodes, [n["metadata"]["name"] for n in args.nodes]
+    else:
+        if state.cache is None:
+            # Prioritize has no Error field; an HTTP error is what the scheduler logs and ignores.
+            raise HTTPProblem(503, NO_CLUSTER)
+        order = list(args.node_names or [])
+        nodes, _unknown = state.resolve_nodes(order, "prioritize")
+    state.metrics.nodes_per_request.labels("prioritize").observe(len(order))
+    result = score_nodes(policy_set, args.pod, nodes, node_info=state.node_info())
+    state.metrics.count_rules("score", result.rule_counts, result.errors, [])
+    state.record("prioritize", args.pod, policy_set.generation, scores=result.scores, policies=result.matched)
+    return json_response(host_priority_list(result.scores, order), headers=headers)
+
+
+async def handle_preempt(request: Request, state: ServerState) -> Response:
+    policy_set = state.store.current
+    args = decode_preemption_args(await read_json(request, state.settings.max_body_bytes))
+    headers = {GENERATION_HEADER: policy_set.generation}
+    candidates: dict[str, list[dict[str, Any]]] = {}
+    rejected: dict[str, str] = {}
+    if args.victims is not None:
+        candidates = args.victims
+    else:
+        if state.cache is None:
+            raise HTTPProblem(503, NO_CLUSTER)
+        for node, uids in (args.meta_victims or {}).items():
+            pods = [state.cache.pod_by_uid(uid) for uid in uids]
+            missing = [uid for uid, p in zip(uids, pods) if p is None]
+            if missing:
+                state.metrics.unknown_victims.inc(len(missing))
+                rejected[node] = f"kpe's pod cache does not know victim(s) {', '.join(missing)}"
+                continue
+            candidates[node] = [p for p in pods if p is not None]
+    nodes = {name: state.cache.node(name) for name in candidates} if state.cache is not None else {}
+    result = preempt(policy_set, args.pod, candidates, nodes={k: v for k, v in nodes.items() if v is not None}, node_info=state.node_info())
+    rejected.update(result.rejected)
+    state.metrics.count_rules("preemption", [], result.errors, result.audit_rejections)
+    uids = {node: [str((v.get("metadata") or {}).get("uid", "")) for v in victims] for node, victims in result.candidates.items()}
+    if args.meta_victims is not None:
+        # Answer only UIDs the scheduler sent, in its order.
+        uids = {node: [u for u in args.meta_victims.get(node, []) if u in set(ids)] for node, ids in uids.items()}
+    uids = {node: ids for node, ids in uids.items() if ids}
+    state.record("preempt", args.pod, policy_set.generation, candidates=sorted(uids), rejected=rejected)
+    return json_response(preemption_result(uids, args.pdb_violations), headers=headers)
+
+
+async def handle_bind(request: Request, state: ServerState) -> Response:
+    args = decode_binding_args(await read_json(request, state.settings.max_body_bytes))
+    pod = f"{args.pod_namespace}/{args.pod_name}"
+    if state.client is None:
+        state.metrics.binds.labels("no-cluster").inc()
+        return json_response({"Error": "kpe has no cluster access, so it cannot bind pods: remove bindVerb or give kpe credentials"})
+    from .kube import ApiError
+
+    try:
+        await state.client.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+    except ApiError as exc:
+        state.metrics.binds.labels("error").inc()
+        state.decisions.record("bind", pod, state.store.current.generation, node=args.node, error=exc.message)
+        return json_response({"Error": exc.message})
+    state.metrics.binds.labels("bound").inc()
+    state.decisions.record("bind", pod, state.store.current.generation, node=args.node, error="")
+    return json_response({"Error": ""})
+
+
+async def handle_admit(request: Request, state: ServerState) -> Response:
+    policy_set = state.store.current
+    body = await read_json(request, state.settings.max_body_bytes)
+    if not isinstance(body, dict):
+        raise WireError("admit request body must be a JSON object with Pod")
+    pod = field_ci(body, "Pod")
+    if not isinstance(pod, dict):
+        raise WireError("Pod is missing" if pod is None else "Pod must be an object")
+    nodes = state.cache.nodes() if state.cache is not None else []
+    pods = state.cache.pods() if state.cache is not None else []
+    result = admit(policy_set, pod, nodes=nodes, pods=pods)
+    answer = {
+        "Gates": result.gates,
+        "Admitted": result.admitted,
+        "Pending": [{"Gate": d.gate, "Policy": d.policy, "Message": d.message} for d in result.pending],
+        "Decisions": [d.to_dict() for d in result.decisions],
+        "ClusterView": "cache" if state.cache is not None else "none",
+    }
+    state.record("admit", pod, policy_set.generation, gates=result.gates, admitted=result.admitted)
+    return json_response(answer, headers={GENERATION_HEADER: policy_set.generation})
+
+
+VERBS: dict[str, Handler] = {
+    "filter": handle_filter,
+    "prioritize": handle_prioritize,
+    "preempt": handle_preempt,
+    "bind": handle_bind,
+    "admit": handle_admit,
+}

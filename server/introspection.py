@@ -1,0 +1,137 @@
+"""Endpoints for people and probes: health, readiness, metrics, the served
+routes, the policies, cached nodes, explanations and recent decisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from engine.explain import explain
+
+from .extender import HTTPProblem, json_response, read_json
+from .state import ServerState
+from .wire import WireError, decode_extender_args
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.kpe
+    return state
+
+
+async def healthz(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+async def readyz(request: Request) -> Response:
+    state = _state(request)
+    problems = []
+    if not state.store.ready:
+        problems.append("policies not loaded")
+    if state.cache is not None and not state.cache.synced.is_set():
+        problems.append("node and pod cache not synced yet")
+    if problems:
+        return PlainTextResponse("not ready: " + "; ".join(problems), status_code=503)
+    return PlainTextResponse("ok")
+
+
+async def metrics(request: Request) -> Response:
+    state = _state(request)
+    current = state.store.current
+    state.metrics.set_generation(current.generation, len(current))
+    last = state.store.last
+    state.metrics.load_errors.set(len(last.errors) if last and not last.ok else 0)
+    if state.cache is not None:
+        for kind in ("nodes", "pods"):
+            state.metrics.cache_lag.labels(kind).set(state.cache.lag_seconds(kind))
+    return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+
+async def services(request: Request) -> Response:
+    routes = []
+    for route in request.app.routes:
+        methods = sorted(getattr(route, "methods", None) or [])
+        routes.append({"path": route.path, "methods": [m for m in methods if m != "HEAD"], "name": route.name})
+    return json_response({"routes": routes})
+
+
+async def policies(request: Request) -> Response:
+    state = _state(request)
+    current = state.store.current
+    last = state.store.last
+    out: dict[str, Any] = {
+        "generation": current.generation,
+        "path": state.store.path,
+        "files": list(current.files),
+        "lastLoad": {
+            "ok": last.ok if last else True,
+            "at": last.at if last else None,
+            "servingGeneration": last.generation if last else current.generation,
+            "errors": [e.to_dict() | {"text": e.render()} for e in (last.errors if last else ())],
+        },
+        "reloads": dict(state.store.reloads),
+        "policies": [
+            {
+                "name": p.name,
+                "file": p.file,
+                "mode": p.mode,
+                "failurePolicy": p.failure_policy,
+                "filters": [r.name for r in p.filters],
+                "scores": [{"name": r.name, "weight": r.weight} for r in p.scores],
+                "admissionGate": p.admission.gate if p.admission else None,
+                "preemption": bool(p.preemption),
+            }
+            for p in current.policies
+        ],
+    }
+    return json_response(out)
+
+
+async def node(request: Request) -> Response:
+    state = _state(request)
+    name = request.path_params["name"]
+    if state.cache is None:
+        return json_response({"error": "kpe runs without cluster access: it has no node cache"}, 503)
+    found = state.cache.node(name)
+    if found is None:
+        return json_response({"error": f"node {name} is not in kpe's cache"}, 404)
+    info = state.cache.node_info.get(name) or {}
+    summary = {"podCount": info.get("podCount", 0), "requested": info.get("requested", {}), "pods": [
+        f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}" for p in info.get("pods", [])
+    ]}
+    return json_response({"node": found, "nodeInfo": summary})
+
+
+async def explain_endpoint(request: Request) -> Response:
+    state = _state(request)
+    policy_set = state.store.current
+    try:
+        args = decode_extender_args(await read_json(request, state.settings.max_body_bytes), "explain")
+    except WireError as exc:
+        return json_response({"error": f"invalid explain request: {exc}"}, 400)
+    except HTTPProblem as exc:
+        return json_response({"error": exc.message}, exc.status)
+    unknown: dict[str, str] = {}
+    if args.nodes is not None:
+        nodes = args.nodes
+    elif state.cache is None:
+        return json_response({"error": "NodeNames need kpe's node cache; send Nodes instead"}, 400)
+    else:
+        nodes, unknown = state.resolve_nodes(args.node_names or [], "explain")
+    pods = state.cache.pods() if state.cache is not None else []
+    report = explain(policy_set, args.pod, nodes, cluster_pods=pods, node_info=state.node_info())
+    data = report.to_dict()
+    data["unknownNodes"] = unknown
+    data["text"] = report.render()
+    return json_response(data)
+
+
+async def decisions(request: Request) -> Response:
+    state = _state(request)
+    query = request.query_params
+    try:
+        limit = int(query.get("limit", "100"))
+    except ValueError:
+        return json_response({"error": "limit must be an integer"}, 400)
+    return json_response({"decisions": state.decisions.recent(verb=query.get("verb"), pod=query.get("pod"), limit=limit)})

@@ -1,0 +1,63 @@
+"""Prometheus metrics (prometheus_client: the exposition format and histogram
+maths are not something to hand-roll). One registry per app, so several apps
+in one process (tests, replicas in a benchmark) do not share counters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from engine.filtering import RuleEvent
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("kpe_requests_total", "Requests per verb and HTTP status", ["verb", "code"], registry=r)
+        self.latency = Histogram("kpe_request_duration_seconds", "Time to answer, per verb", ["verb"], buckets=LATENCY_BUCKETS, registry=r)
+        self.nodes_per_request = Histogram(
+            "kpe_request_nodes", "Nodes per filter/prioritize request", ["verb"], buckets=(1, 10, 100, 500, 1000, 2000, 5000, 10000), registry=r
+        )
+        self.evaluations = Counter("kpe_rule_evaluations_total", "Rule evaluations per policy and rule", ["policy", "rule", "kind"], registry=r)
+        self.errors = Counter("kpe_rule_errors_total", "Rule evaluation errors per policy and rule", ["policy", "rule", "kind"], registry=r)
+        self.audit = Counter(
+            "kpe_audit_would_reject_total", "Audit-mode rules that would have rejected a node, gate or victim", ["policy", "rule", "kind"], registry=r
+        )
+        self.rejections = Counter("kpe_node_rejections_total", "Nodes rejected per policy and rule", ["policy", "rule"], registry=r)
+        self.reloads = Counter("kpe_policy_reloads_total", "Policy reloads by result (success, failure, unchanged)", ["result"], registry=r)
+        self.generation = Gauge("kpe_policy_generation_info", "The serving policy generation (value 1)", ["generation"], registry=r)
+        self.policies = Gauge("kpe_policies", "Policies in the serving set", registry=r)
+        self.load_errors = Gauge("kpe_policy_load_errors", "Errors in the last policy load (0 when it was clean)", registry=r)
+        self.cache_objects = Gauge("kpe_cache_objects", "Objects in kpe's cache", ["kind"], registry=r)
+        self.watch_restarts = Counter("kpe_watch_restarts_total", "Watch restarts by kind and reason", ["kind", "reason"], registry=r)
+        self.cache_lag = Gauge("kpe_cache_lag_seconds", "Seconds since the last word (event or bookmark) from the API server", ["kind"], registry=r)
+        self.unknown_nodes = Counter("kpe_unknown_nodes_total", "Node names the cache did not know", ["verb"], registry=r)
+        self.unknown_victims = Counter("kpe_unknown_victims_total", "Victim UIDs the pod cache did not know", registry=r)
+        self.binds = Counter("kpe_binds_total", "Bindings created, by result", ["result"], registry=r)
+        self._generation_label = ""
+
+    def set_generation(self, generation: str, policies: int) -> None:
+        if generation != self._generation_label:
+            if self._generation_label:
+                self.generation.remove(self._generation_label)
+            self.generation.labels(generation).set(1)
+            self._generation_label = generation
+        self.policies.set(policies)
+
+    def count_rules(self, kind: str, evaluations: Iterable[tuple[str, str, int]], errors: Iterable[RuleEvent], audit: Iterable[RuleEvent]) -> None:
+        for policy, rule, n in evaluations:
+            if n:
+                self.evaluations.labels(policy, rule, kind).inc(n)
+        for e in errors:
+            self.errors.labels(e.policy, e.rule, kind).inc()
+        for e in audit:
+            self.audit.labels(e.policy, e.rule, kind).inc()
+
+    def render(self) -> bytes:
+        return bytes(generate_latest(self.registry))

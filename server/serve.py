@@ -1,0 +1,50 @@
+"""``kpe serve``: run the extender under uvicorn, over HTTP or HTTPS."""
+
+from __future__ import annotations
+
+import argparse
+import ssl
+from typing import Any
+
+from .settings import Settings, add_arguments, load_settings
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    options: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_config": None, "access_log": False}
+    if settings.tls:
+        options.update(ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key)
+        if settings.tls_client_ca:
+            options.update(ssl_ca_certs=settings.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return options
+
+
+def cmd_serve(args: argparse.Namespace, out: Any) -> int:
+    import uvicorn
+
+    from engine.errors import PolicyLoadError
+
+    from .app import create_app
+    from .cli import UsageError
+    from .logs import configure
+
+    try:
+        settings = load_settings(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    problems = settings.validate()
+    if problems:
+        raise UsageError("; ".join(problems))
+    configure(settings.log_level)
+    try:
+        app = create_app(settings)
+    except PolicyLoadError as exc:
+        out.write(exc.render() + "\n\nkpe serve: the policies have errors; nothing to serve.\n")
+        return 1
+    uvicorn.run(app, **uvicorn_options(settings))
+    return 0
+
+
+def add_serve_command(sub: Any) -> None:
+    serve = sub.add_parser("serve", help="serve the extender verbs to kube-scheduler", description=__doc__)
+    add_arguments(serve)
+    serve.set_defaults(run=cmd_serve)

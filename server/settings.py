@@ -1,0 +1,107 @@
+"""All of kpe's server settings in one dataclass.
+
+Every field is read from ``KPE_<FIELD>`` (upper case) and can be overridden by
+the CLI flag ``--<field-with-dashes>``; ``kpe serve --help`` lists them with
+the text below. Precedence: flag, then environment, then default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def _default_policies() -> str:
+    from .cli import default_policies
+
+    return default_policies()
+
+
+@dataclass(frozen=True)
+class Settings:
+    policies: str = field(default_factory=_default_policies, metadata={"help": "policy file or directory (hot-reloaded); default: the shipped policies"})
+    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0 in a pod)"})
+    port: int = field(default=8888, metadata={"help": "port to listen on"})
+    prefix: str = field(default="/scheduler", metadata={"help": "URL prefix of the extender verbs (kube-scheduler's urlPrefix path)"})
+    tls_cert: str = field(default="", metadata={"help": "PEM certificate file; with --tls-key, serve HTTPS"})
+    tls_key: str = field(default="", metadata={"help": "PEM private key file"})
+    tls_client_ca: str = field(default="", metadata={"help": "CA bundle: require client certificates signed by it (kube-scheduler's tlsConfig)"})
+    kubeconfig: str = field(default="", metadata={"help": "kubeconfig for cluster access; default: in-cluster credentials, else $KUBECONFIG or ~/.kube/config"})
+    cluster: str = field(default="auto", metadata={"help": "cluster access: auto (use credentials if found), on (require them), off (serve whole-node requests only)"})
+    max_body_bytes: int = field(default=64 * 1024 * 1024, metadata={"help": "largest request body accepted (sized for 5,000 whole nodes)"})
+    reload_debounce_ms: int = field(default=300, metadata={"help": "wait this long after the last policy file change before reloading"})
+    decision_log_size: int = field(default=1000, metadata={"help": "how many recent decisions /apis/v1/decisions keeps"})
+    log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
+    log_decisions: bool = field(default=False, metadata={"help": "log every decision at info level (else debug)"})
+    relist_backoff_max_s: float = field(default=30.0, metadata={"help": "longest wait between retries when the API server fails"})
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert and self.tls_key)
+
+    def validate(self) -> list[str]:
+        problems = []
+        if bool(self.tls_cert) != bool(self.tls_key):
+            problems.append("--tls-cert and --tls-key go together")
+        if self.tls_client_ca and not self.tls:
+            problems.append("--tls-client-ca needs --tls-cert and --tls-key")
+        if self.cluster not in ("auto", "on", "off"):
+            problems.append(f"--cluster must be auto, on or off, not {self.cluster!r}")
+        if not self.prefix.startswith("/"):
+            problems.append(f"--prefix must start with '/', not {self.prefix!r}")
+        if self.max_body_bytes <= 0:
+            problems.append("--max-body-bytes must be positive")
+        return problems
+
+
+def _parse(kind: Any, raw: str, name: str) -> Any:
+    if kind in (bool, "bool"):
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"{name}: expected true or false, got {raw!r}")
+    if kind in (int, "int"):
+        return int(raw)
+    if kind in (float, "float"):
+        return float(raw)
+    return raw
+
+
+def env_name(name: str) -> str:
+    return "KPE_" + name.upper()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per field, named after it; the default is None so unset flags fall back to the environment."""
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f"{f.metadata.get('help', '')} [env {env_name(f.name)}]"
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
+
+
+def load_settings(args: argparse.Namespace | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from flags (``args``), then ``KPE_*`` variables, then defaults."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in fields(Settings):
+        flag_value = getattr(args, f.name, None) if args is not None else None
+        if flag_value is not None:
+            values[f.name] = flag_value if isinstance(flag_value, bool) else _parse(f.type, str(flag_value), "--" + f.name.replace("_", "-"))
+        elif env_name(f.name) in env:
+            values[f.name] = _parse(f.type, env[env_name(f.name)], env_name(f.name))
+    return Settings(**values)
+
+
+def describe(settings: Settings) -> dict[str, Any]:
+    return {f.name: getattr(settings, f.name) for f in fields(Settings)}
+
+
+__all__ = ["Settings", "add_arguments", "describe", "env_name", "load_settings"]

@@ -1,0 +1,55 @@
+"""What every request handler reads: settings, the policy store, the cluster cache and client, metrics and the decision log."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .decisionlog import DecisionLog
+from .metrics import Metrics
+from .policystore import PolicyStore
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from .cache import ClusterCache
+    from .kube import KubeClient
+
+log = logging.getLogger("kpe.decisions")
+
+
+@dataclass
+class ServerState:
+    settings: Settings
+    store: PolicyStore
+    metrics: Metrics = field(default_factory=Metrics)
+    decisions: DecisionLog = field(default_factory=lambda: DecisionLog(1000))
+    client: KubeClient | None = None
+    cache: ClusterCache | None = None
+
+    def node_info(self) -> Mapping[str, Any] | None:
+        return self.cache.node_info if self.cache is not None else None
+
+    def resolve_nodes(self, names: list[str], verb: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Nodes for the names the scheduler sent; unknown names fail with a reason that says so."""
+        assert self.cache is not None
+        nodes: list[dict[str, Any]] = []
+        unknown: dict[str, str] = {}
+        for name in names:
+            node = self.cache.node(name)
+            if node is None:
+                unknown[name] = f"kpe: node {name} is not in kpe's node cache (deleted, or not seen yet)"
+            else:
+                nodes.append(node)
+        if unknown:
+            self.metrics.unknown_nodes.labels(verb).inc(len(unknown))
+        return nodes, unknown
+
+    def record(self, verb: str, pod: Mapping[str, Any], generation: str, **details: Any) -> None:
+        meta = pod.get("metadata") or {}
+        name = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+        self.decisions.record(verb, name, generation, **details)
+        level = logging.INFO if self.settings.log_decisions else logging.DEBUG
+        if log.isEnabledFor(level):
+            log.log(level, "%s %s", verb, name, extra={"verb": verb, "pod": name, "generation": generation, **details})

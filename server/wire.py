@@ -1,0 +1,211 @@
+"""The extender wire format as kube-scheduler speaks it (k8s.io/kube-scheduler/extender/v1).
+
+Go decodes JSON keys case-insensitively, so kpe accepts any case on input and
+always answers with the Go field names (PascalCase). Decoding checks types and
+raises ``WireError`` with a message that says which field is wrong; the
+server turns that into a 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class WireError(ValueError):
+    """A request body kpe cannot use; the message names the field."""
+
+
+def field_ci(obj: Mapping[str, Any], name: str) -> Any:
+    """``obj[name]`` matched as Go does: the exact key first, then any case."""
+    if name in obj:
+        return obj[name]
+    lowered = name.lower()
+    for key, value in obj.items():
+        if isinstance(key, str) and key.lower() == lowered:
+            return value
+    return None
+
+
+def _object(value: Any, where: str, *, required: bool = True) -> dict[str, Any] | None:
+    if value is None:
+        if required:
+            raise WireError(f"{where} is missing")
+        return None
+    if not isinstance(value, dict):
+        raise WireError(f"{where} must be an object, not {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(type(value), "null")
+
+
+def _body(body: Any, verb: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise WireError(f"{verb} request body must be a JSON object, not {_kind(body)}")
+    return body
+
+
+def _pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    pod = _object(field_ci(body, "Pod"), "Pod")
+    assert pod is not None
+    meta = pod.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise WireError(f"Pod.metadata must be an object, not {_kind(meta)}")
+    return pod
+
+
+@dataclass
+class ExtenderArgs:
+    """Filter and prioritize input: whole ``nodes`` or, with nodeCacheCapable, ``node_names``."""
+
+    pod: dict[str, Any]
+    nodes: list[dict[str, Any]] | None
+    node_names: list[str] | None
+    node_list_meta: dict[str, Any]
+
+
+def decode_extender_args(body: Any, verb: str) -> ExtenderArgs:
+    body = _body(body, verb)
+    pod = _pod(body)
+    raw_nodes = field_ci(body, "Nodes")
+    raw_names = field_ci(body, "NodeNames")
+    nodes = None
+    meta: dict[str, Any] = {}
+    if raw_nodes is not None:
+        node_list = _object(raw_nodes, "Nodes")
+        assert node_list is not None
+        items = node_list.get("items")
+        if items is None:
+            items = []
+        if not isinstance(items, list):
+            raise WireError(f"Nodes.items must be an array, not {_kind(items)}")
+        for i, node in enumerate(items):
+            if not isinstance(node, dict) or not isinstance((node.get("metadata") or {}).get("name"), str):
+                raise WireError(f"Nodes.items[{i}] must be a node object with metadata.name")
+        nodes = items
+        meta = node_list.get("metadata") if isinstance(node_list.get("metadata"), dict) else {}
+    names = None
+    if raw_names is not None:
+        if not isinstance(raw_names, list) or not all(isinstance(n, str) for n in raw_names):
+            raise WireError("NodeNames must be an array of strings")
+        names = raw_names
+    if nodes is None and names is None:
+        raise WireError(f"{verb} request has neither Nodes nor NodeNames")
+    return ExtenderArgs(pod, nodes, names, meta)
+
+
+@dataclass
+class PreemptionArgs:
+    pod: dict[str, Any]
+    # node name -> victim pods (whole objects), or victim UIDs with nodeCacheCapable
+    victims: dict[str, list[dict[str, Any]]] | None
+    meta_victims: dict[str, list[str]] | None
+    pdb_violations: dict[str, int]
+
+
+def decode_preemption_args(body: Any) -> PreemptionArgs:
+    body = _body(body, "preempt")
+    pod = _pod(body)
+    victims: dict[str, list[dict[str, Any]]] | None = None
+    meta: dict[str, list[str]] | None = None
+    pdb: dict[str, int] = {}
+    raw = field_ci(body, "NodeNameToVictims")
+    if raw is not None:
+        table = _object(raw, "NodeNameToVictims")
+        assert table is not None
+        victims = {}
+        for node, entry in table.items():
+            entry = _object(entry, f"NodeNameToVictims[{node}]")
+            assert entry is not None
+            pods = field_ci(entry, "Pods") or []
+            if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
+                raise WireError(f"NodeNameToVictims[{node}].Pods must be an array of pods")
+            victims[node] = pods
+            pdb[node] = _int(field_ci(entry, "NumPDBViolations"), f"NodeNameToVictims[{node}].NumPDBViolations")
+    raw_meta = field_ci(body, "NodeNameToMetaVictims")
+    if raw_meta is not None:
+        table = _object(raw_meta, "NodeNameToMetaVictims")
+        assert table is not None
+        meta = {}
+        for node, entry in table.items():
+            entry = _object(entry, f"NodeNameToMetaVictims[{node}]")
+            assert entry is not None
+            pods = field_ci(entry, "Pods") or []
+            if not isinstance(pods, list):
+                raise WireError(f"NodeNameToMetaVictims[{node}].Pods must be an array")
+            uids = []
+            for i, p in enumerate(pods):
+                uid = field_ci(p, "UID") if isinstance(p, dict) else None
+                if not isinstance(uid, str):
+                    raise WireError(f"NodeNameToMetaVictims[{node}].Pods[{i}].UID must be a string")
+                uids.append(uid)
+            meta[node] = uids
+            pdb[node] = _int(field_ci(entry, "NumPDBViolations"), f"NodeNameToMetaVictims[{node}].NumPDBViolations")
+    if victims is None and meta is None:
+        raise WireError("preempt request has neither NodeNameToVictims nor NodeNameToMetaVictims")
+    return PreemptionArgs(pod, victims, meta, pdb)
+
+
+def _int(value: Any, where: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WireError(f"{where} must be an integer")
+    return value
+
+
+@dataclass
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+def decode_binding_args(body: Any) -> BindingArgs:
+    body = _body(body, "bind")
+    values = {}
+    for name in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = field_ci(body, name)
+        if not isinstance(value, str) or not value:
+            raise WireError(f"{name} must be a non-empty string")
+        values[name] = value
+    return BindingArgs(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
+
+
+# -- answers -----------------------------------------------------------------------
+
+
+def filter_result(
+    *,
+    nodes: list[dict[str, Any]] | None,
+    node_names: list[str] | None,
+    list_meta: Mapping[str, Any],
+    failed: Mapping[str, str],
+    unresolvable: Mapping[str, str],
+    error: str = "",
+) -> dict[str, Any]:
+    """ExtenderFilterResult: the passing nodes in the form they came in."""
+    return {
+        "Nodes": {"metadata": dict(list_meta), "items": nodes} if nodes is not None else None,
+        "NodeNames": node_names,
+        "FailedNodes": dict(failed),
+        "FailedAndUnresolvableNodes": dict(unresolvable),
+        "Error": error,
+    }
+
+
+def host_priority_list(scores: Mapping[str, int], order: list[str]) -> list[dict[str, Any]]:
+    return [{"Host": name, "Score": int(scores.get(name, 0))} for name in order]
+
+
+def preemption_result(victims: Mapping[str, list[str]], pdb: Mapping[str, int]) -> dict[str, Any]:
+    """ExtenderPreemptionResult: always UIDs (MetaVictims), whatever the request held."""
+    return {
+        "NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": pdb.get(node, 0)} for node, uids in victims.items()
+        }
+    }
