@@ -99,6 +99,7 @@ def assert_matches_cel_python(text: str, activation: dict[str, Any], *, errors_a
 
 SMALL_INTS = st.integers(-50, 50)
 VAR_INTS = st.integers(-100, 100)
+NONZERO_DIVISORS = st.integers(-7, 7).filter(bool).map(str)
 
 
 def _binary(left: st.SearchStrategy[str], ops: list[str], right: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
@@ -115,6 +116,7 @@ def int_exprs(depth: int, names: tuple[str, ...] = ("x", "y")) -> st.SearchStrat
     return st.one_of(
         leaves,
         _binary(sub, ["+", "-", "*"], sub),
+        _binary(sub, ["/", "%"], NONZERO_DIVISORS),  # truncating, as in CEL; never by zero, so never an error
         sub.map(lambda e: f"-({e})"),
         st.tuples(bool_exprs(depth - 1, names), sub, sub).map(lambda t: f"({t[0]} ? {t[1]} : {t[2]})"),
     )
