@@ -156,8 +156,8 @@ async def handle_prioritize(request: Request, state: ServerState) -> Response:
         nodes, order = args.nodes, [n["metadata"]["name"] for n in args.nodes]
     else:
         if state.cache is None:
-            # Prioritize has no Error field; an HTTP error is what the scheduler logs and ignores.
-            raise HTTPProblem(503, NO_CLUSTER)
+            # Prioritize has no Error field: a 4xx is what the scheduler logs (and ignores, as it does every prioritize error).
+            raise HTTPProblem(422, NO_CLUSTER)
         order = list(args.node_names or [])
         nodes, _unknown = state.resolve_nodes(order, "prioritize")
     state.metrics.nodes_per_request.labels("prioritize").observe(len(order))
@@ -177,7 +177,7 @@ async def handle_preempt(request: Request, state: ServerState) -> Response:
         candidates = args.victims
     else:
         if state.cache is None:
-            raise HTTPProblem(503, NO_CLUSTER)
+            raise HTTPProblem(422, NO_CLUSTER)
         for node, uids in (args.meta_victims or {}).items():
             pods = [state.cache.pod_by_uid(uid) for uid in uids]
             missing = [uid for uid, p in zip(uids, pods) if p is None]
