@@ -65,10 +65,13 @@ def _parse(kind: Any, raw: str, name: str) -> Any:
         if lowered in ("0", "false", "no", "off", ""):
             return False
         raise ValueError(f"{name}: expected true or false, got {raw!r}")
-    if kind in (int, "int"):
-        return int(raw)
-    if kind in (float, "float"):
-        return float(raw)
+    try:
+        if kind in (int, "int"):
+            return int(raw)
+        if kind in (float, "float"):
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}: expected a number, got {raw!r}") from None
     return raw
 
 

@@ -1,0 +1,68 @@
+"""HTTPS with kube-scheduler's tlsConfig: server certificate, optional client-certificate verification."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import httpx
+import pytest
+import trustme
+
+from server.app import create_app
+from server.serve import uvicorn_options
+from server.settings import Settings
+
+from .serving import serve
+
+POLICIES = Path(__file__).parent / "cases" / "wire-policies.yaml"
+REQUEST = {"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": {"name": "node-1", "labels": {}}}]}}
+
+
+def tls_settings(tmp_path: Path, ca: trustme.CA, *, client_ca: bool) -> Settings:
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    return Settings(
+        policies=str(POLICIES),
+        cluster="off",
+        tls_cert=str(tmp_path / "tls.crt"),
+        tls_key=str(tmp_path / "tls.key"),
+        tls_client_ca=str(tmp_path / "ca.crt") if client_ca else "",
+    )
+
+
+def ssl_options(settings: Settings) -> dict[str, object]:
+    return {k: v for k, v in uvicorn_options(settings).items() if k.startswith("ssl")}
+
+
+def test_https_serves_the_verbs_with_the_given_certificate(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    settings = tls_settings(tmp_path, ca, client_ca=False)
+    with serve(create_app(settings), **ssl_options(settings)) as url:
+        assert url.startswith("https://")
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        response = httpx.post(url + "/scheduler/filter", json=REQUEST, verify=context)
+        assert response.status_code == 200 and response.json()["Error"] == ""
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url + "/healthz")  # not trusted without the CA
+
+
+def test_client_certificates_are_required_when_a_client_ca_is_set(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    settings = tls_settings(tmp_path, ca, client_ca=True)
+    client_cert = ca.issue_cert("kube-scheduler")
+    client_cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "client.pem"))
+    with serve(create_app(settings), **ssl_options(settings)) as url:
+        anonymous = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
+            httpx.post(url + "/scheduler/filter", json=REQUEST, verify=anonymous)
+        trusted = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        trusted.load_cert_chain(str(tmp_path / "client.pem"))
+        assert httpx.post(url + "/scheduler/filter", json=REQUEST, verify=trusted).status_code == 200
+
+
+def test_half_a_tls_configuration_is_a_usage_error() -> None:
+    assert Settings(policies=str(POLICIES), tls_cert="x").validate() == ["--tls-cert and --tls-key go together"]
+    assert "--tls-client-ca needs --tls-cert and --tls-key" in Settings(policies=str(POLICIES), tls_client_ca="ca").validate()
