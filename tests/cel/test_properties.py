@@ -3,11 +3,17 @@ over Kubernetes-shaped data, and kpe's own promises (``bind`` gives the same
 answers as ``evaluate``; ``&&``/``||`` are commutative, errors included).
 
 The cel-python comparisons keep to the parts of CEL where cel-python is right:
-small-integer arithmetic and comparisons, boolean logic without errors to
-absorb, ASCII string functions, int-list literals and comprehensions, and
-label maps with ``has()`` and ``in``. Whenever cel-python raises, the example
-is skipped (``assume``); results are compared after converting cel-python's
-values to plain Python, with bool and int told apart.
+small-integer arithmetic (``/`` and ``%`` only by non-zero literals) and
+comparisons, boolean logic without errors to absorb, ASCII string functions,
+int-list literals and comprehensions, and label maps with ``has()`` and ``in``.
+Where cel-python raises, the example is skipped (``assume``), except for label
+maps, where nothing absorbs errors and kpe must raise too. Results are compared
+after converting cel-python's values to plain Python, with bool and int told apart.
+
+Known cel-python departures kept out of the grammar: ``has(a.b.c)`` with ``a.b``
+missing (cel-python: false; CEL: no such key), errors absorbed by ``&&``/``||``,
+``1 == 1u`` (cel-python: no overload), and ``.contains()`` on the result of a
+string ``+`` (cel-python: AttributeError, so skipped).
 """
 
 from __future__ import annotations
@@ -355,10 +361,18 @@ BIND_EXPRESSIONS = [
 ]
 
 
+_BIND_PIECES = st.sampled_from(BIND_EXPRESSIONS)
+BIND_TEXTS = st.one_of(
+    _BIND_PIECES,
+    _binary(_BIND_PIECES, ["&&", "||"], _BIND_PIECES),
+    st.tuples(_BIND_PIECES, _BIND_PIECES, _BIND_PIECES).map(lambda t: f"({t[0]}) ? ({t[1]}) : ({t[2]})"),
+)
+
+
 @SETTINGS
-@given(text=st.sampled_from(BIND_EXPRESSIONS), pod=pods(), node_list=st.lists(nodes(), min_size=1, max_size=3))
+@given(text=BIND_TEXTS, pod=pods(), node_list=st.lists(nodes(), min_size=1, max_size=3))
 def test_bound_program_gives_the_same_outcome_as_evaluate(text: str, pod: dict[str, Any], node_list: list[dict[str, Any]]) -> None:
-    program = cel.compile(text, variables=["pod", "node"])
+    program = cel.compile(text, variables=["pod", "node"], check=False)
     per_node = program.bind(pod=pod)  # binding itself never raises: pod-only errors surface per node, or are absorbed
     for node in node_list:
         expected = outcome(program.evaluate, {"pod": pod, "node": node})
