@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import ast
-from .errors import CompileError
+from .errors import CompileError, EvalError
 from .library import Library
 from .values import CelType, UInt
 
 # Python refuses more than 20 nested blocks in one function and 100 levels of
 # indentation; deeper CEL nesting is generated as expressions with lambdas.
-_MAX_BLOCK_DEPTH = 14
+_MAX_BLOCK_DEPTH = 16
 _MAX_INDENT = 40
 
 TYPE_IDENTS = {
@@ -252,7 +252,11 @@ class CodeGenerator:
             return f"_optidx({operand}, {index})", "optional"
         if itype == "string" and isinstance(node.index, ast.Literal) and otype in ("map", "dyn", "optional"):
             return f"{operand}[{index}]", ("optional" if otype == "optional" else "dyn")
-        return f"_index({operand}, {index})", ("optional" if otype == "optional" else "dyn")
+        c, k = self.tmp(), self.tmp()
+        return (
+            f"({c}[{k}] if (type({c} := {operand}) is dict) & (type({k} := {index}) is str) else _index({c}, {k}))",
+            "optional" if otype == "optional" else "dyn",
+        )
 
     def expr_Unary(self, node: ast.Unary) -> tuple[str, str]:
         operand, otype = self.expr(node.operand)
@@ -275,7 +279,12 @@ class CodeGenerator:
             code = self.equality(node, left, lt, right, rt)
             return (code if op == "==" else f"(not {code})"), "bool"
         if op == "in":
-            return f"_in({right}, {left})", "bool"
+            item, coll = self.tmp(), self.tmp()
+            # A string key in a map, or a string in a list, is Python's `in` exactly.
+            return (
+                f"(({item} in {coll}) if (type({item} := {left}) is str) & (type({coll} := {right}) in _STR_CONTAINERS) "
+                f"else _in({coll}, {item}))"
+            ), "bool"
         if op in _COMPARE:
             self.check_operands(node, op, lt, rt, ordered=True)
             if lt == rt and lt in ("int", "double", "string"):
@@ -298,7 +307,10 @@ class CodeGenerator:
         if self.check and lt not in ("dyn", "null") and rt not in ("dyn", "null") and lt != rt:
             if not (lt in _NUMERIC_TYPES and rt in _NUMERIC_TYPES):
                 raise self.error(f"found no matching overload for '_==_' applied to '({lt}, {rt})'", node)
-        return f"_eq({left}, {right})"
+        # Same plain type on both sides (the usual case: two strings from JSON) needs no helper.
+        # (Conditions use `&`, not `and`, wherever both walrus targets must be bound for the else branch.)
+        a, b = self.tmp(), self.tmp()
+        return f"(({a} == {b}) if type({a} := {left}) is type({b} := {right}) and type({a}) in _PLAIN_EQ else _eq({a}, {b}))"
 
     def check_operands(self, node: ast.Node, op: str, lt: str, rt: str, *, ordered: bool) -> str:
         """Static result type of an arithmetic/ordering operator; a compile error
@@ -463,8 +475,26 @@ class CodeGenerator:
             return f"({py} if type({t} := {target}) is str and type({args[0]}) is str else {fallback}({t}, {args[0]}))", "bool"
         if name == "size" and not args:
             return f"(len({t}) if type({t} := {target}) in _SIZED else _size({t}))", "int"
+        if name == "matches" and len(node.args) == 1 and isinstance(node.args[0], ast.Literal) and type(node.args[0].value) is str:
+            matcher = self.literal_regex(node, node.args[0].value)
+            if matcher is not None:
+                return f"({matcher}({t}) if type({t} := {target}) is str else {self.method_ref(node, name)}({t}, {args[0]}))", "bool"
         ref = self.method_ref(node, name)
         return f"{ref}({', '.join([target] + args)})", self.library.result_types.get(name, "dyn")
+
+    def literal_regex(self, node: ast.Call, pattern: str) -> str | None:
+        """A matcher compiled now for a literal pattern; an invalid pattern is a compile error."""
+        from .regex import literal_matcher
+
+        try:
+            matcher = literal_matcher(pattern)
+        except EvalError as exc:
+            if self.check:
+                raise self.error(exc.message, node.args[0]) from None
+            return None
+        name = self.tmp("_rx")
+        self.namespace[name] = matcher
+        return name
 
     def method_ref(self, node: ast.Node, name: str) -> str:
         if name not in self.library.methods:
@@ -492,7 +522,10 @@ class CodeGenerator:
         if self.inline_only:
             return self.inline_comprehension(node, rng, scope, loop_vars)
         it = self.tmp("_it")
-        self.emit(f"{it} = _range({rng}, {two})")
+        if two:
+            self.emit(f"{it} = _range({rng}, True)")
+        else:
+            self.emit(f"{it} = {it} if type({it} := {rng}) is list else _range({it}, False)")
         self.emit(f"_c[0] -= len({it})")
         self.emit(f"if _c[0] < 0: _cost_exceeded({node.kind!r})")
         self.scopes.append(scope)
@@ -641,7 +674,7 @@ class _Block:
         self.gen = gen
 
     def __enter__(self) -> None:
-        self.gen.block_depth += 2
+        self.gen.block_depth += 1  # each for/while/try is one of Python's 20
 
     def __exit__(self, *exc: object) -> None:
-        self.gen.block_depth -= 2
+        self.gen.block_depth -= 1

@@ -119,6 +119,28 @@ def _rune_width(data: bytes, pos: int) -> int:
     return 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
 
 
+_MEMO_LIMIT: Final = 4096
+
+
+def literal_matcher(pattern: str) -> Any:
+    """``s.matches(pattern)`` for a pattern known at compile time, remembering recent
+    answers: policies test the same label values (zones, instance types) on thousands
+    of nodes, and a dict lookup is far cheaper than a call into RE2."""
+    regex = compile_pattern(pattern)
+    memo: dict[str, bool] = {}
+
+    def match(s: str) -> bool:
+        found = memo.get(s)
+        if found is None:
+            found = regex.search(_utf8(s)) is not None
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[s] = found
+        return found
+
+    return match
+
+
 def matches(s: Any, pattern: Any) -> bool:
     if type(s) is not str or type(pattern) is not str:
         raise no_such_overload("matches", s, pattern)

@@ -248,6 +248,9 @@ METHODS = {
 RESULT_TYPES = {"optional.of": "optional", "optional.none": "optional", "optional.ofNonZeroValue": "optional", "hasValue": "bool", "or": "optional"}
 
 SIZED = frozenset((str, bytes, list, dict))
+# Types whose Python == is CEL's == when both sides have the type (NaN != NaN included).
+PLAIN_EQ = frozenset((str, int, bool, float, bytes, type(None)))
+STR_CONTAINERS = frozenset((dict, list))
 
 
 def namespace() -> dict[str, Any]:
@@ -273,6 +276,8 @@ def namespace() -> dict[str, Any]:
         "_has": ops.has,
         "_size": ops.size,
         "_SIZED": SIZED,
+        "_PLAIN_EQ": PLAIN_EQ,
+        "_STR_CONTAINERS": STR_CONTAINERS,
         "_type_of": type_of,
         "_nso": no_such_overload,
         "_raise_nso": raise_no_such_overload,
