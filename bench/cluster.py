@@ -39,11 +39,12 @@ def nodes(count: int, *, seed: int = 7) -> list[dict[str, Any]]:
         labels = meta["labels"]
         labels["kubernetes.io/hostname"] = name
         labels["topology.kubernetes.io/zone"] = zone
+        labels["topology.kubernetes.io/region"] = "us-east-1"
         labels["node.kubernetes.io/instance-type"] = "p5.48xlarge" if gpu else "m6i.8xlarge"
         if rng.random() < 0.3:
-            labels["kpe.dev/team"] = rng.choice(TEAMS)
+            labels["node.kpe.dev/team"] = rng.choice(TEAMS)
         else:
-            labels.pop("kpe.dev/team", None)
+            labels.pop("node.kpe.dev/team", None)
         if rng.random() < 0.02:
             labels["kpe.dev/maintenance"] = "true"
         alloc = node["status"]["allocatable"]
@@ -60,16 +61,32 @@ def nodes(count: int, *, seed: int = 7) -> list[dict[str, Any]]:
 
 
 def pods_on(nodes_: list[dict[str, Any]], per_node: int = 3, *, seed: int = 11) -> list[dict[str, Any]]:
+    """Running pods: a few CPU services per node, and one GPU each on some GPU nodes."""
     rng = random.Random(seed)
-    base = sample_pod()
     out = []
     for n, node in enumerate(nodes_):
+        gpu_node = "nvidia.com/gpu" in node["status"]["allocatable"]
         for k in range(per_node):
-            pod = copy.deepcopy(base)
-            pod["metadata"]["name"] = f"p-{n}-{k}"
-            pod["metadata"]["uid"] = f"uid-pod-{n}-{k}"
-            pod["metadata"]["labels"]["team"] = rng.choice(TEAMS)
-            pod["spec"]["nodeName"] = node["metadata"]["name"]
-            pod.setdefault("status", {})["phase"] = "Running"
-            out.append(pod)
+            requests = {"cpu": rng.choice(["500m", "2", "4"]), "memory": rng.choice(["1Gi", "8Gi", "16Gi"])}
+            if gpu_node and k == 0 and rng.random() < 0.5:
+                requests["nvidia.com/gpu"] = str(rng.choice([1, 2, 4]))
+            out.append(
+                {
+                    "metadata": {"name": f"p-{n}-{k}", "namespace": "apps", "uid": f"uid-pod-{n}-{k}", "labels": {"team": rng.choice(TEAMS)}},
+                    "spec": {"nodeName": node["metadata"]["name"], "containers": [{"name": "main", "resources": {"requests": requests}}]},
+                    "status": {"phase": "Running"},
+                }
+            )
     return out
+
+
+def scheduling_pod(*, gpus: int = 1) -> dict[str, Any]:
+    """The pod the benchmarks schedule: the sample training pod, asking for ``gpus`` GPUs."""
+    pod = sample_pod()
+    pod["metadata"]["namespace"] = "ml-train"
+    pod["metadata"]["labels"].update({"team": "vision", "kpe.dev/zone": "us-east-1a", "kpe.dev/workload": "training"})
+    for c in pod["spec"]["containers"]:
+        for section in ("requests", "limits"):
+            if "nvidia.com/gpu" in c["resources"].get(section, {}):
+                c["resources"][section]["nvidia.com/gpu"] = str(gpus)
+    return pod

@@ -97,7 +97,8 @@ class _PolicyCompiler:
                 )
                 return None
         scope = list(SCOPES[scope_kind])
-        node_vars = [f"variables.{v.name}" for v in self.variables.values() if v.node_scoped and allow_node_vars]
+        # Node-scoped variables are declared only where they are read: they get inlined below.
+        node_vars = [f"variables.{v.name}" for v in self.variables.values() if v.node_scoped and allow_node_vars and v.name in used]
         pod_vars = [f"variables.{v.name}" for v in self.variables.values() if not v.node_scoped]
         # Parameter order puts the per-node names first, then what is fixed per pod.
         per_node = [n for n in scope if n in NODE_SCOPE or n in ("victim", "victims")] + node_vars
@@ -115,6 +116,13 @@ class _PolicyCompiler:
             need = " or ".join(wanted) if kind != "score" else "an int or double"
             self.error("KPE303", path, f"{_KIND_TEXT.get(kind, kind)} expression must give {need}, but it gives {actual}")
             return None
+        inlined = [name for name in used if self.variables[name].node_scoped]
+        if inlined:
+            # Node-scoped variables are inlined into the expression, so a rule needs
+            # only node and nodeInfo per node (the fast path) and reads a variable
+            # lazily, where CEL would evaluate it.
+            params = [p for p in params if not (p.startswith("variables.") and self.variables[p[10:]].node_scoped)]
+            program = cel.Program(text, variables=params, library=cel.default_library(), check=False, root=self._inline(root))
         return Expression(
             text=text,
             program=program,
@@ -122,7 +130,18 @@ class _PolicyCompiler:
             location=self.doc.location(path),
             variables=tuple(used),
             parameters=tuple(params),
+            root=self._inline(root),
         )
+
+    def _inline(self, root: cel_ast.Node) -> cel_ast.Node:
+        def replace(node: cel_ast.Node) -> cel_ast.Node | None:
+            if isinstance(node, cel_ast.Select) and isinstance(node.operand, cel_ast.Ident) and node.operand.name == "variables":
+                variable = self.variables.get(node.field)
+                if variable is not None and variable.node_scoped:
+                    return variable.expression.root
+            return None
+
+        return cel_ast.substitute(root, replace)
 
     def _get(self, path: Path) -> Any:
         value: Any = self.data

@@ -36,6 +36,7 @@ class Expression:
     location: Location
     variables: tuple[str, ...]  # names of policy variables it reads (``variables.<name>``)
     parameters: tuple[str, ...]  # the CEL variables, in program parameter order
+    root: Any = field(default=None, repr=False, compare=False)  # syntax tree, node-scoped variables inlined
 
     def __repr__(self) -> str:
         return f"Expression({self.path}: {self.text!r})"

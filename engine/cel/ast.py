@@ -7,7 +7,9 @@ keeps the character offset of its start for error messages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from dataclasses import replace as replace_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,3 +177,27 @@ def free_variables(node: Node) -> frozenset[str]:
     for child in children(node):
         out |= free_variables(child)
     return out
+
+
+def substitute(node: Node, replace: "Callable[[Node], Node | None]") -> Node:
+    """A copy of the tree where ``replace`` gives a substitute for some nodes
+    (``None`` keeps a node and looks inside it)."""
+    found = replace(node)
+    if found is not None:
+        return found
+    changes: dict[str, object] = {}
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, Node):
+            new: object = substitute(value, replace)
+        elif isinstance(value, tuple) and value and isinstance(value[0], (Node, MapEntry)):
+            new = tuple(
+                MapEntry(substitute(v.key, replace), substitute(v.value, replace), v.optional) if isinstance(v, MapEntry) else substitute(v, replace)
+                for v in value
+            )
+        elif isinstance(value, tuple) and value and isinstance(value[0], tuple):
+            new = tuple((name, substitute(v, replace)) for name, v in value)
+        else:
+            continue
+        changes[f.name] = new
+    return replace_fields(node, **changes) if changes else node

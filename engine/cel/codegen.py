@@ -462,8 +462,44 @@ class CodeGenerator:
         self.namespace[ref] = fn
         return ref
 
+    def optional_chain(self, node: ast.Node) -> tuple[ast.Node, list[ast.Node | str]] | None:
+        """``base.?a[?k].b`` as (base, [a, k, b]) when the chain has an optional step;
+        every step from the first optional one on is a presence test."""
+        steps: list[tuple[ast.Node, bool]] = []
+        probe = node
+        while isinstance(probe, (ast.Select, ast.Index)):
+            steps.append((probe, probe.optional))
+            probe = probe.operand
+        first = max((i for i, (_, optional) in enumerate(steps) if optional), default=None)
+        if first is None:
+            return None
+        chain = [n for n, _ in steps[: first + 1]][::-1]
+        keys: list[ast.Node | str] = [n.field if isinstance(n, ast.Select) else n.index for n in chain]
+        return chain[0].operand, keys
+
     def method_call(self, node: ast.Call) -> tuple[str, str]:
         assert node.target is not None
+        if node.function in ("orValue", "hasValue") and len(node.args) == (1 if node.function == "orValue" else 0):
+            chain = self.optional_chain(node.target)
+            if chain is not None:
+                # The Kubernetes idiom `labels[?'k'].orValue('')`: walk the maps
+                # directly instead of building an optional at every step.
+                base, key_nodes = chain
+                current = self.expr(base)[0]
+                for key in key_nodes:
+                    t = self.tmp()
+                    if isinstance(key, str) or (isinstance(key, ast.Literal) and type(key.value) is str):
+                        literal = repr(key if isinstance(key, str) else key.value)
+                        current = f"({t}.get({literal}, _ABSENT) if type({t} := {current}) is dict else _optstep({t}, {literal}))"
+                    else:
+                        k = self.tmp()
+                        code = self.expr(key)[0]
+                        current = f"({t}.get({k}, _ABSENT) if (type({k} := {code}) is str) & (type({t} := {current}) is dict) else _optstep({t}, {k}))"
+                v = self.tmp()
+                if node.function == "orValue":
+                    default = self.expr(node.args[0])[0]
+                    return f"({default} if ({v} := {current}) is _ABSENT else {v})", "dyn"
+                return f"({current} is not _ABSENT)", "bool"
         target, ttype = self.expr(node.target)
         args = [self.expr(a)[0] for a in node.args]
         name = node.function
@@ -480,6 +516,14 @@ class CodeGenerator:
             if matcher is not None:
                 return f"({matcher}({t}) if type({t} := {target}) is str else {self.method_ref(node, name)}({t}, {args[0]}))", "bool"
         ref = self.method_ref(node, name)
+        table = self.library.methods.get(name, {})
+        if len(table) == 1:
+            # One receiver type (quantity's methods, most library calls): test it inline.
+            (cls, impl), = table.items()
+            impl_ref = self.function_ref("_impl_", f"{name}_{cls.__name__}", impl)
+            cls_ref = self.function_ref("_cls_", cls.__name__, cls)
+            call_args = ", ".join([t] + args)
+            return f"({impl_ref}({call_args}) if type({t} := {target}) is {cls_ref} else {ref}({call_args}))", self.library.result_types.get(name, "dyn")
         return f"{ref}({', '.join([target] + args)})", self.library.result_types.get(name, "dyn")
 
     def literal_regex(self, node: ast.Call, pattern: str) -> str | None:

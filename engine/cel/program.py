@@ -40,6 +40,7 @@ class Program:
         library: Library,
         check: bool = True,
         cost_limit: int = DEFAULT_COST_LIMIT,
+        root: ast.Node | None = None,
     ) -> None:
         self.text = text
         self.variables: tuple[str, ...] = tuple(dict.fromkeys(variables))
@@ -47,7 +48,7 @@ class Program:
         self.check = check
         self.cost_limit = cost_limit
         self._library = library
-        self.root = parse(text)
+        self.root = root if root is not None else parse(text)
         self.free_variables = frozenset(v for v in ast.free_variables(self.root) if v.lstrip(".") not in TYPE_IDENTS)
         self._variants: dict[tuple[frozenset[str], frozenset[int]], Callable[..., Any]] = {}
         self._preludes: dict[frozenset[str], tuple[list[ast.Node], Callable[..., list[Any]]]] = {}

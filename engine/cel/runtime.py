@@ -191,6 +191,21 @@ def comprehension(kind: str, budget: list[int], exceeded: Any, rng: Any, pred: A
     return [call(transform, item) for item in selected]
 
 
+_ABSENT = object()
+
+
+def optional_step(value: Any, key: Any) -> Any:
+    """One presence-tested step of an optional chain; ``_ABSENT`` once anything is missing."""
+    if value is _ABSENT:
+        return _ABSENT
+    if type(value) is Optional:
+        if not value.present:
+            return _ABSENT
+        value = value.value
+    opt = ops.optional_index(value, key)
+    return opt.value if opt.present else _ABSENT
+
+
 # optional.* functions and methods -------------------------------------------
 
 
@@ -272,6 +287,8 @@ def namespace() -> dict[str, Any]:
         "_index": ops.index,
         "_optidx": ops.optional_index,
         "_optsel": ops.optional_select,
+        "_optstep": optional_step,
+        "_ABSENT": _ABSENT,
         "_select": ops.select,
         "_has": ops.has,
         "_size": ops.size,
