@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,8 @@ class PolicyTestError(Exception):
 
 
 def _show(value: Any) -> str:
+    if value is None:  # the key was not expected at all
+        return "no entry"
     if isinstance(value, Mapping) and set(value) == {"contains"}:
         return f"a reason containing {value['contains']!r}"
     return repr(value)
@@ -100,7 +103,18 @@ def _test_files(paths: Iterable[str | os.PathLike[str]]) -> list[tuple[Path, boo
                 found += [(Path(root) / n, False) for n in sorted(names) if n.endswith(SUFFIXES) and not n.startswith(".")]
         else:
             found.append((path, True))
-    return found
+    # Each file once, even when named directly and inside a named directory too.
+    seen: dict[str, int] = {}
+    unique: list[tuple[Path, bool]] = []
+    for file, explicit in found:
+        real = os.path.realpath(file)
+        if real in seen:
+            index = seen[real]
+            unique[index] = (unique[index][0], unique[index][1] or explicit)
+        else:
+            seen[real] = len(unique)
+            unique.append((file, explicit))
+    return unique
 
 
 def run_test_files(paths: Iterable[str | os.PathLike[str]]) -> list[CaseResult]:
@@ -151,7 +165,7 @@ class _Runner:
             except PolicyLoadError as exc:
                 self.policy_sets[key] = exc
         policy_set = self.policy_sets[key]
-        results = []
+        results: list[CaseResult] = []
         for i, case in enumerate(spec["cases"]):
             result = CaseResult(doc.file, name, case["name"])
             start = time.perf_counter()
@@ -159,7 +173,7 @@ class _Runner:
                 result.error = f"{doc.location(('spec', 'policies'))}: case {case['name']!r}: policies failed to load:\n{policy_set.render()}"
             else:
                 try:
-                    result.failures = _Case(self, doc, name, ("spec", "cases", i), spec).run(policy_set)
+                    result.failures = _Case(self, doc, name, i, spec).run(policy_set)
                 except PolicyTestError as exc:
                     result.error = str(exc)
                 except Exception as exc:  # noqa: BLE001 - an engine crash is this case's result, not the run's end
@@ -178,11 +192,10 @@ class _Runner:
 class _Case:
     """One case: resolves its references, runs the decisions it expects, compares."""
 
-    def __init__(self, runner: _Runner, doc: Document, test: str, path: DocPath, spec: dict[str, Any]) -> None:
-        self.runner, self.doc, self.test, self.path, self.spec = runner, doc, test, path, spec
-        self.case: dict[str, Any] = doc.data
-        for part in path:
-            self.case = self.case[part]
+    def __init__(self, runner: _Runner, doc: Document, test: str, index: int, spec: dict[str, Any]) -> None:
+        self.runner, self.doc, self.test, self.spec = runner, doc, test, spec
+        self.path: DocPath = ("spec", "cases", index)
+        self.case: dict[str, Any] = spec["cases"][index]
         self.fixtures: dict[str, Any] = spec.get("fixtures") or {}
 
     def fail(self, sub: DocPath, message: str, *, absolute: bool = False) -> PolicyTestError:
@@ -191,8 +204,9 @@ class _Case:
         return PolicyTestError(error.render())
 
     def object(self, value: Any, sub: DocPath, fixture: str = "") -> dict[str, Any]:
-        """An inline object or ``{file: path}``; a fixture gets its key as default name.
-        ``sub`` is relative to the case, or absolute for a fixture."""
+        """An inline object or ``{file: path}``. A fixture is named by its key, which
+        overrides metadata.name: tests speak in fixture names, and one file can serve
+        as several nodes. ``sub`` is relative to the case, or absolute for a fixture."""
         if isinstance(value, dict) and set(value) == {"file"}:
             file = Path(self.doc.file).parent / value["file"]
             where = (*sub, "file")
@@ -202,12 +216,12 @@ class _Case:
                 raise self.fail(where, f"cannot read fixture file {str(file)!r}: {exc}", absolute=bool(fixture)) from None
             if not isinstance(value, dict):
                 raise self.fail(where, f"fixture file {str(file)!r} does not hold an object", absolute=bool(fixture))
-        obj = copy.deepcopy(value)
+        obj: dict[str, Any] = copy.deepcopy(value)
         if fixture:
             meta = obj.setdefault("metadata", {})
             if isinstance(meta, dict):
-                meta.setdefault("name", fixture)
-        return obj  # type: ignore[no-any-return]
+                meta["name"] = fixture
+        return obj
 
     def ref(self, value: Any, kind: str, sub: DocPath, extra: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:
         """A fixture name (``kind``: nodes or pods) or an object."""
@@ -282,6 +296,10 @@ class _Case:
         if "preemption" in expect:
             want = expect["preemption"]
             by_name = {str((p.get("metadata") or {}).get("name", "")): p for p in cluster}
+            names = {node_name(n) for n in nodes}
+            for n in want["victims"]:
+                if n not in names:
+                    raise self.fail(("expect", "preemption", "victims", n), f"victims proposed on {n!r}, which is not among the case's nodes")
             proposed = {
                 n: [self.ref(v, "pods", ("expect", "preemption", "victims", n, i), by_name) for i, v in enumerate(victims)]
                 for n, victims in want["victims"].items()
@@ -306,7 +324,7 @@ def _matches(expected: Any, actual: str) -> bool:
     return expected["contains"] in actual if isinstance(expected, dict) else bool(expected == actual)
 
 
-def _reasons(out: list[Mismatch], what: str, expected: Mapping[str, Any], actual: Mapping[str, str], otherwise: Any) -> None:
+def _reasons(out: list[Mismatch], what: str, expected: Mapping[str, Any], actual: Mapping[str, str], otherwise: Callable[[str], str]) -> None:
     """Exactly the keys of ``expected``, each with a matching reason; ``otherwise(key)``
     says what happened to a key that has no reason."""
     for key in sorted(set(expected) | set(actual)):
@@ -319,6 +337,13 @@ def _reasons(out: list[Mismatch], what: str, expected: Mapping[str, Any], actual
 
 
 # -- reporting -----------------------------------------------------------------
+
+# Characters XML 1.0 cannot carry even escaped; a reason quoting a node label could hold one.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
 
 
 def junit_xml(results: Iterable[CaseResult]) -> str:
@@ -333,14 +358,16 @@ def junit_xml(results: Iterable[CaseResult]) -> str:
     for (file, test), cases in suites.items():
         counts = {"tests": len(cases), "failures": sum(1 for c in cases if c.failures and not c.error), "errors": sum(1 for c in cases if c.error)}
         seconds = sum(c.seconds for c in cases)
-        suite = ET.SubElement(root, "testsuite", name=test or file, file=file, time=f"{seconds:.3f}", **{k: str(v) for k, v in counts.items()})
+        attributes = {"name": test or file, "file": file, "time": f"{seconds:.3f}", **{k: str(v) for k, v in counts.items()}}
+        suite = ET.SubElement(root, "testsuite", attributes)
         for c in cases:
             element = ET.SubElement(suite, "testcase", classname=f"{file}:{test}", name=c.case or "(file)", file=file, time=f"{c.seconds:.3f}")
             if c.error:
-                ET.SubElement(element, "error", message=c.error.split("\n")[0], type="PolicyTestError").text = c.error
+                error = _xml_text(c.error)
+                ET.SubElement(element, "error", message=error.split("\n")[0], type="PolicyTestError").text = error
             elif c.failures:
                 count = len(c.failures)
-                detail = "\n".join(str(m) for m in c.failures)
+                detail = _xml_text("\n".join(str(m) for m in c.failures))
                 ET.SubElement(element, "failure", message=f"{count} expectation{'s' if count != 1 else ''} not met", type="Mismatch").text = detail
         for k in totals:
             totals[k] += counts[k]
