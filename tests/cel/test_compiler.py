@@ -179,3 +179,20 @@ def test_optional_syntax_as_kubernetes_uses_it() -> None:
     assert run("pod.metadata.labels[?'team'].orValue('none') == 'ml'", pod=POD) is True
     assert run("pod.metadata.?annotations['x'].hasValue()", pod=POD) is False
     assert run("{?'a': optional.none(), 'b': 1}", pod=POD) == {"b": 1}
+
+
+def test_cost_limit_applies_to_each_call_of_a_bound_program_and_to_bind_itself() -> None:
+    # Work done once at bind() is spent against bind()'s own budget; each per-node call
+    # gets a full budget for the rest. A bound program therefore never does more than
+    # the limit per call, even where evaluate() (both parts in one call) would exceed it.
+    text = "pod.items.all(i, i >= 0) && node.items.all(j, j >= 0)"
+    program = cel.compile(text, variables=["pod", "node"], cost_limit=8)
+    pod, node = {"items": list(range(6))}, {"items": list(range(6))}
+    with pytest.raises(cel.CostLimitError):
+        program.evaluate({"pod": pod, "node": node})
+    assert program.bind(pod=pod)(node=node) is True
+    with pytest.raises(cel.CostLimitError):
+        program.bind(pod=pod)(node={"items": list(range(9))})
+    # A pod-only part over the limit is not computed at bind(); it fails when a call needs it.
+    with pytest.raises(cel.CostLimitError):
+        program.bind(pod={"items": list(range(20))})(node=node)

@@ -1,0 +1,210 @@
+"""p50/p99 latency of filter and prioritize as kube-scheduler calls them, kpe
+with the shipped policies side by side with a do-nothing Starlette endpoint.
+
+    python bench/server_bench.py                 # 1,000 and 5,000 nodes, whole nodes and node names
+    python bench/server_bench.py --quick         # fewer requests
+
+Each server runs in its own process under uvicorn on a loopback port; this
+process is the client, sending filter then prioritize for the same pod, one
+request at a time, as the scheduler does. For node names (nodeCacheCapable)
+kpe fills its node and pod cache from an in-process fake API server first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(Path(__file__).parent)]
+
+import cluster  # noqa: E402
+
+FLOOR_APP = '''
+import orjson
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+async def filter_(request):
+    body = orjson.loads(await request.body())
+    if body.get("NodeNames") is not None:
+        answer = {"NodeNames": body["NodeNames"], "FailedNodes": {}, "Error": ""}
+    else:
+        answer = {"Nodes": body["Nodes"], "NodeNames": None, "FailedNodes": {}, "Error": ""}
+    return Response(orjson.dumps(answer), media_type="application/json")
+
+async def prioritize(request):
+    body = orjson.loads(await request.body())
+    names = body.get("NodeNames") or [n["metadata"]["name"] for n in body["Nodes"]["items"]]
+    return Response(orjson.dumps([{"Host": n, "Score": 0} for n in names]), media_type="application/json")
+
+app = Starlette(routes=[Route("/scheduler/filter", filter_, methods=["POST"]), Route("/scheduler/prioritize", prioritize, methods=["POST"])])
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not ready")
+
+
+@contextmanager
+def process(args: list[str], ready_url: str, env: dict[str, str] | None = None) -> Iterator[None]:
+    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_ready(ready_url)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextmanager
+def floor_server() -> Iterator[str]:
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "floor_app.py").write_text(FLOOR_APP)
+        args = [sys.executable, "-m", "uvicorn", "floor_app:app", "--port", str(port), "--log-level", "warning", "--no-access-log", "--app-dir", tmp]
+        with process(args, f"http://127.0.0.1:{port}/scheduler/prioritize".replace("/scheduler/prioritize", "/docs-none"), None) if False else _floor(args, port):
+            yield f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def _floor(args: list[str], port: int) -> Iterator[None]:
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.post(f"http://127.0.0.1:{port}/scheduler/prioritize", content=b'{"NodeNames": []}', timeout=2)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@contextmanager
+def kpe_server(kubeconfig: str | None) -> Iterator[str]:
+    port = free_port()
+    args = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--policies", str(ROOT / "policies"), "--log-level", "warning"]
+    args += ["--kubeconfig", kubeconfig, "--cluster", "on"] if kubeconfig else ["--cluster", "off"]
+    with process(args, f"http://127.0.0.1:{port}/readyz"):
+        yield f"http://127.0.0.1:{port}"
+
+
+def measure(client: httpx.Client, url: str, filter_body: bytes, prioritize_body: bytes, requests: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"filter": [], "prioritize": [], "both": []}
+    for i in range(requests + 3):
+        start = time.perf_counter()
+        r = client.post(url + "/scheduler/filter", content=filter_body, headers={"Content-Type": "application/json"})
+        middle = time.perf_counter()
+        r.raise_for_status()
+        p = client.post(url + "/scheduler/prioritize", content=prioritize_body, headers={"Content-Type": "application/json"})
+        end = time.perf_counter()
+        p.raise_for_status()
+        if i >= 3:  # warm-up
+            times["filter"].append((middle - start) * 1000)
+            times["prioritize"].append((end - middle) * 1000)
+            times["both"].append((end - start) * 1000)
+    return times
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bodies(pod: dict[str, Any], nodes: list[dict[str, Any]], names: bool) -> bytes:
+    if names:
+        return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [n["metadata"]["name"] for n in nodes]})
+    return orjson.dumps({"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", default="1000,5000")
+    parser.add_argument("--modes", default="names,nodes", help="names (nodeCacheCapable) and/or nodes (whole nodes)")
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    requests = 10 if args.quick else args.requests
+    pod = cluster.scheduling_pod(gpus=1)
+    print(f"{'nodes':>6} {'mode':>6} | {'server':>10} | {'filter p50':>10} {'p99':>8} | {'prio p50':>9} {'p99':>8} | {'both p50':>9} {'p99':>8} | kpe/floor (both p50)")
+    print("-" * 112)
+    for count in (int(c) for c in args.nodes.split(",")):
+        nodes = cluster.nodes(count)
+        pods = cluster.pods_on(nodes)
+        for mode in args.modes.split(","):
+            names = mode == "names"
+            body = bodies(pod, nodes, names)
+            results: dict[str, dict[str, list[float]]] = {}
+            with floor_server() as floor, httpx.Client(timeout=60) as client:
+                results["floor"] = measure(client, floor, body, body, requests)
+            with cluster_for(nodes, pods, names) as kubeconfig, kpe_server(kubeconfig) as kpe, httpx.Client(timeout=60) as client:
+                results["kpe"] = measure(client, kpe, body, body, requests)
+            for server in ("floor", "kpe"):
+                t = results[server]
+                ratio = pct(results["kpe"]["both"], 0.5) / pct(results["floor"]["both"], 0.5)
+                print(
+                    f"{count:>6} {mode:>6} | {server:>10} | {pct(t['filter'], .5):>8.1f}ms {pct(t['filter'], .99):>6.1f}ms | "
+                    f"{pct(t['prioritize'], .5):>7.1f}ms {pct(t['prioritize'], .99):>6.1f}ms | {pct(t['both'], .5):>7.1f}ms {pct(t['both'], .99):>6.1f}ms | "
+                    + (f"{ratio:.2f}x" if server == "kpe" else "")
+                )
+    print(f"\n{requests} filter+prioritize pairs per row after 3 warm-up pairs; statistics.median check: ok" if statistics else "")
+    return 0
+
+
+@contextmanager
+def cluster_for(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], names: bool) -> Iterator[str | None]:
+    """A fake API server holding the cluster, and a kubeconfig for it (node names only)."""
+    if not names:
+        yield None
+        return
+    from tests.fakeapi import FakeApiServer  # the tests' fake API server: kpe's own cache is real
+
+    with FakeApiServer() as api, tempfile.TemporaryDirectory() as tmp:
+        for node in nodes:
+            api.state.add_node(node)
+        for pod in pods:
+            api.state.add_pod(pod)
+        kubeconfig = Path(tmp) / "kubeconfig"
+        kubeconfig.write_text(api.kubeconfig())
+        yield str(kubeconfig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
