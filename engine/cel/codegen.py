@@ -310,7 +310,11 @@ class CodeGenerator:
         # Same plain type on both sides (the usual case: two strings from JSON) needs no helper.
         # (Conditions use `&`, not `and`, wherever both walrus targets must be bound for the else branch.)
         a, b = self.tmp(), self.tmp()
-        return f"(({a} == {b}) if type({a} := {left}) is type({b} := {right}) and type({a}) in _PLAIN_EQ else _eq({a}, {b}))"
+        if isinstance(node.right, ast.Literal) and rt == "int":
+            return f"(({a} == {right}) if type({a} := {left}) is int else _eq({a}, {right}))"
+        # Two strings (the usual case in Kubernetes objects) compare directly; the
+        # chained `is` tests both types after both walruses have run.
+        return f"(({a} == {b}) if type({a} := {left}) is type({b} := {right}) is str else _eq({a}, {b}))"
 
     def check_operands(self, node: ast.Node, op: str, lt: str, rt: str, *, ordered: bool) -> str:
         """Static result type of an arithmetic/ordering operator; a compile error
@@ -369,6 +373,8 @@ class CodeGenerator:
         if self.inline_only:
             thunks = ", ".join(f"lambda: {self.expr(o)[0]}" for o in node.operands)
             return f"{'_and' if node.op == '&&' else '_or'}({thunks})", "bool"
+        if not any(self.needs_statements(o) for o in node.operands):
+            return self.pure_logical(node)
         decisive = "False" if node.op == "&&" else "True"
         r, e, v = self.tmp("_r"), self.tmp("_e"), self.tmp("_v")
         self.emit(f"{r} = {'True' if node.op == '&&' else 'False'}")
@@ -398,6 +404,31 @@ class CodeGenerator:
             self.indent -= 1
         self.emit(f"if {r} is not {decisive} and {e} is not None:")
         self.emit(f"    raise {e}")
+        return r, "bool"
+
+    def pure_logical(self, node: ast.Logical) -> tuple[str, str]:
+        """Operands without statements: one Python expression for the usual case
+        (every operand a bool, no error), and the exact CEL fold only when an
+        operand raised or was not a bool."""
+        decisive = "False" if node.op == "&&" else "True"
+        other = "True" if decisive == "False" else "False"
+        codes = []
+        for operand in node.operands:
+            code, otype = self.expr(operand)
+            self.expect_type(operand, otype, ("bool",), f"_{node.op}_")
+            codes.append(code)
+        temps = [self.tmp("_v") for _ in codes]
+        fast = " else ".join(f"{decisive} if ({t} := {c}) is {decisive}" for t, c in zip(temps, codes))
+        all_other = " and ".join(f"{t} is {other}" for t in temps)
+        r = self.tmp("_r")
+        slow = f"{'_and' if node.op == '&&' else '_or'}({', '.join(f'lambda: {c}' for c in codes)})"
+        with self.block():
+            self.emit("try:")
+            self.emit(f"    {r} = {fast} else {other} if ({all_other}) else _raise_nso('_{node.op}_', None)")
+            self.emit("except _Reraise:")
+            self.emit("    raise")
+            self.emit("except Exception:")
+            self.emit(f"    {r} = {slow}")
         return r, "bool"
 
     def expr_ListLit(self, node: ast.ListLit) -> tuple[str, str]:
