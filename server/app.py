@@ -26,6 +26,9 @@ from .logs import request_id
 from .policystore import PolicyStore
 from .settings import Settings
 from .state import ServerState
+from .webhook import handle_admission
+
+WEBHOOK_PATH = "/admission/pods"
 
 log = logging.getLogger("kpe.server")
 
@@ -114,6 +117,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         Route("/apis/v1/nodes/{name}", introspection.node, methods=["GET"]),
         Route("/apis/v1/explain", introspection.explain_endpoint, methods=["POST"]),
         Route("/apis/v1/decisions", introspection.decisions, methods=["GET"]),
+        Route(WEBHOOK_PATH, handle_admission, methods=["POST"], name="admission"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestIdMiddleware)])
     app.state.kpe = state

@@ -39,6 +39,10 @@ class Metrics:
         self.cache_lag = Gauge("kpe_cache_lag_seconds", "Seconds since the last word (event or bookmark) from the API server", ["kind"], registry=r)
         self.unknown_nodes = Counter("kpe_unknown_nodes_total", "Node names the cache did not know", ["verb"], registry=r)
         self.unknown_victims = Counter("kpe_unknown_victims_total", "Victim UIDs the pod cache did not know", registry=r)
+        self.admission_reviews = Counter(
+            "kpe_admission_reviews_total", "AdmissionReviews by result (gated, allowed, skipped, invalid, failed)", ["result"], registry=r
+        )
+        self.gates_added = Counter("kpe_gates_added_total", "Scheduling gates added at pod creation, per policy", ["policy"], registry=r)
         self.binds = Counter("kpe_binds_total", "Bindings created, by result", ["result"], registry=r)
         self._generation_label = ""
 

@@ -36,6 +36,7 @@ class Settings:
     decision_log_size: int = field(default=1000, metadata={"help": "how many recent decisions /apis/v1/decisions keeps"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
     log_decisions: bool = field(default=False, metadata={"help": "log every decision at info level (else debug)"})
+    webhook_on_error: str = field(default="allow", metadata={"help": "when kpe itself fails in the admission webhook: allow (pod created without kpe's gates) or deny"})
     relist_backoff_max_s: float = field(default=30.0, metadata={"help": "longest wait between retries when the API server fails"})
 
     @property
@@ -50,6 +51,8 @@ class Settings:
             problems.append("--tls-client-ca needs --tls-cert and --tls-key")
         if self.cluster not in ("auto", "on", "off"):
             problems.append(f"--cluster must be auto, on or off, not {self.cluster!r}")
+        if self.webhook_on_error not in ("allow", "deny"):
+            problems.append(f"--webhook-on-error must be allow or deny, not {self.webhook_on_error!r}")
         if not self.prefix.startswith("/"):
             problems.append(f"--prefix must start with '/', not {self.prefix!r}")
         if self.max_body_bytes <= 0:

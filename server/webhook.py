@@ -1,0 +1,104 @@
+"""The mutating admission webhook: on pod CREATE, add kpe's scheduling gates.
+
+The API server only lets gates be added when a pod is created, so this is
+the one chance: every matching Enforce policy with an ``admission`` section
+adds its gate (``spec.schedulingGates``), whether or not the pod already has
+gates of its own, and the gate controller lifts each when its expression
+holds. Pods that already name a node, other operations and other kinds pass
+untouched. Audit-mode policies are only counted.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from engine.admission import admit
+
+from .extender import HTTPProblem, json_response, read_json
+from .state import ServerState
+
+log = logging.getLogger("kpe.webhook")
+REVIEW_VERSION = "admission.k8s.io/v1"
+
+
+def gate_patch(pod: dict[str, Any], gates: list[str]) -> list[dict[str, Any]]:
+    """JSONPatch adding ``gates`` that the pod does not have yet (so a replayed review changes nothing)."""
+    spec = pod.get("spec") or {}
+    existing = spec.get("schedulingGates")
+    present = {g.get("name") for g in existing or [] if isinstance(g, dict)}
+    missing = [g for g in dict.fromkeys(gates) if g not in present]
+    if not missing:
+        return []
+    if existing is None:
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": g} for g in missing]}]
+    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": g}} for g in missing]
+
+
+def review_response(uid: str, *, allowed: bool = True, patch: list[dict[str, Any]] | None = None, message: str = "", warnings: list[str] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
+    if message:
+        response["status"] = {"code": 200 if allowed else 403, "message": message}
+    if warnings:
+        response["warnings"] = warnings
+    return {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def _decode(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise HTTPProblem(400, "expected an AdmissionReview object")
+    if body.get("apiVersion") != REVIEW_VERSION or body.get("kind") != "AdmissionReview":
+        raise HTTPProblem(400, f"expected kind AdmissionReview, apiVersion {REVIEW_VERSION}; got kind {body.get('kind')!r}, apiVersion {body.get('apiVersion')!r}")
+    request = body.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
+        raise HTTPProblem(400, "AdmissionReview.request.uid is missing")
+    return request
+
+
+async def handle_admission(request: Request) -> Response:
+    state: ServerState = request.app.state.kpe
+    try:
+        review = _decode(await read_json(request, state.settings.max_body_bytes))
+    except HTTPProblem as exc:
+        state.metrics.admission_reviews.labels("invalid").inc()
+        return json_response({"error": exc.message}, exc.status)
+    uid = review["uid"]
+    kind = (review.get("kind") or {}).get("kind")
+    pod = review.get("object")
+    if review.get("operation") != "CREATE" or kind != "Pod" or not isinstance(pod, dict):
+        state.metrics.admission_reviews.labels("skipped").inc()
+        return json_response(review_response(uid))
+    if (pod.get("spec") or {}).get("nodeName"):
+        state.metrics.admission_reviews.labels("skipped").inc()
+        return json_response(review_response(uid))
+    if not pod.get("metadata", {}).get("namespace") and review.get("namespace"):
+        pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": review["namespace"]}}
+    try:
+        policy_set = state.store.current
+        nodes = state.cache.nodes() if state.cache is not None else []
+        pods = state.cache.pods() if state.cache is not None else []
+        result = admit(policy_set, pod, nodes=nodes, pods=pods)
+    except Exception as exc:  # noqa: BLE001 - kpe's own failure: the documented setting decides
+        log.exception("admission webhook failed")
+        state.metrics.admission_reviews.labels("failed").inc()
+        message = f"kpe could not evaluate its admission policies: {type(exc).__name__}: {exc}"
+        if state.settings.webhook_on_error == "deny":
+            return json_response(review_response(uid, allowed=False, message=message))
+        return json_response(review_response(uid, warnings=[message + "; pod admitted without kpe's gates"]))
+    for decision in result.decisions:
+        if decision.audit and not decision.satisfied:
+            state.metrics.audit.labels(decision.policy, "admission", "admission").inc()
+    patch = gate_patch(pod, result.gates)
+    for gate in result.gates:
+        state.metrics.gates_added.labels(policy_set.gates[gate].name).inc()
+    state.metrics.admission_reviews.labels("gated" if patch else "allowed").inc()
+    state.record("webhook", pod, policy_set.generation, gates=result.gates, pending=[d.gate for d in result.pending])
+    return json_response(review_response(uid, patch=patch))
