@@ -71,6 +71,27 @@ async def connect_cluster(settings: Settings) -> Any:
     return await KubeClient.connect(kubeconfig=settings.kubeconfig, required=settings.cluster == "on")
 
 
+def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[asyncio.Task[Any]]:
+    """The Lease campaign and the gate controller that runs while this replica leads."""
+    from .gates import GateController
+    from .leader import LeaderElector, default_identity
+
+    settings = state.settings
+    elector = LeaderElector(
+        state.client,
+        namespace=settings.lease_namespace,
+        name=settings.lease_name,
+        identity=settings.identity or default_identity(),
+        lease_duration_s=settings.lease_duration_s,
+    )
+    state.gates = GateController(state, resync_s=settings.gate_resync_s, debounce_s=settings.gate_debounce_ms / 1000)
+    state.elector = elector
+    return [
+        asyncio.create_task(elector.run(stop), name="leader-election"),
+        asyncio.create_task(state.gates.run(stop, elector.leading), name="gate-controller"),
+    ]
+
+
 def create_app(settings: Settings, *, store: PolicyStore | None = None, client: Any = None, connect: bool = True) -> Starlette:
     """The kpe app. ``client`` injects a Kubernetes client (tests); otherwise the
     lifespan connects according to ``settings.cluster`` unless ``connect`` is False."""
@@ -95,6 +116,8 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
 
             state.cache = ClusterCache(state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s)
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
+            if any(p.admission is not None for p in store.current.policies) or settings.gate_resync_s > 0:
+                tasks += start_gate_controller(state, stop)
         log.info("kpe serving", extra={"generation": store.current.generation, "prefix": settings.prefix, "cluster": state.client is not None})
         try:
             yield
@@ -117,6 +140,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         Route("/apis/v1/nodes/{name}", introspection.node, methods=["GET"]),
         Route("/apis/v1/explain", introspection.explain_endpoint, methods=["POST"]),
         Route("/apis/v1/decisions", introspection.decisions, methods=["GET"]),
+        Route("/apis/v1/gated", introspection.gated, methods=["GET"]),
         Route(WEBHOOK_PATH, handle_admission, methods=["POST"], name="admission"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestIdMiddleware)])

@@ -3,6 +3,7 @@ routes, the policies, cached nodes, explanations and recent decisions."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -135,3 +136,23 @@ async def decisions(request: Request) -> Response:
     except ValueError:
         return json_response({"error": "limit must be an integer"}, 400)
     return json_response({"decisions": state.decisions.recent(verb=query.get("verb"), pod=query.get("pod"), limit=limit)})
+
+
+async def gated(request: Request) -> Response:
+    """The pods kpe is holding at its gates, with each policy's current message."""
+    state = _state(request)
+    if state.gates is None:
+        return json_response({"error": "the gate controller runs only with cluster access", "pods": []}, 503)
+    leader = state.elector.is_leader if state.elector is not None else False
+    state.metrics.leader.set(1 if leader else 0)
+    policy_set = state.store.current
+    pods = [
+        {
+            "namespace": held.namespace,
+            "name": held.name,
+            "waitingSeconds": round(max(0.0, time.time() - held.since), 1),
+            "gates": [{"gate": gate, "policy": policy_set.gates[gate].name if gate in policy_set.gates else None, "message": message} for gate, message in sorted(held.gates.items())],
+        }
+        for held in sorted(state.gates.held.values(), key=lambda h: (h.namespace, h.name))
+    ]
+    return json_response({"leader": leader, "identity": state.elector.identity if state.elector else None, "pods": pods})

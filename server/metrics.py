@@ -43,6 +43,15 @@ class Metrics:
             "kpe_admission_reviews_total", "AdmissionReviews by result (gated, allowed, skipped, invalid, failed)", ["result"], registry=r
         )
         self.gates_added = Counter("kpe_gates_added_total", "Scheduling gates added at pod creation, per policy", ["policy"], registry=r)
+        self.gate_wait = Histogram(
+            "kpe_gate_wait_seconds", "Time from pod creation to kpe lifting a gate, per policy", ["policy"],
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400), registry=r,
+        )
+        self.gated_pods = Gauge("kpe_gated_pods", "Pods kpe is holding at a gate, per policy", ["policy"], registry=r)
+        self.admission_evaluations = Counter(
+            "kpe_admission_evaluations_total", "Gate re-evaluations by the controller, per policy and result", ["policy", "result"], registry=r
+        )
+        self.leader = Gauge("kpe_gate_controller_leader", "1 while this replica holds the gate controller Lease", registry=r)
         self.binds = Counter("kpe_binds_total", "Bindings created, by result", ["result"], registry=r)
         self._generation_label = ""
 

@@ -37,6 +37,12 @@ class Settings:
     log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
     log_decisions: bool = field(default=False, metadata={"help": "log every decision at info level (else debug)"})
     webhook_on_error: str = field(default="allow", metadata={"help": "when kpe itself fails in the admission webhook: allow (pod created without kpe's gates) or deny"})
+    lease_namespace: str = field(default="kpe-system", metadata={"help": "namespace of the gate controller's coordination.k8s.io Lease"})
+    lease_name: str = field(default="kpe-gate-controller", metadata={"help": "name of the gate controller's Lease"})
+    lease_duration_s: float = field(default=15.0, metadata={"help": "how long a leader's Lease lasts without renewal before another replica takes over"})
+    identity: str = field(default="", metadata={"help": "this replica's identity in the Lease (default: hostname, pid and a random suffix)"})
+    gate_resync_s: float = field(default=30.0, metadata={"help": "re-evaluate every gated pod at least this often"})
+    gate_debounce_ms: int = field(default=200, metadata={"help": "after a pod, node or policy change, wait this long for more before re-evaluating"})
     relist_backoff_max_s: float = field(default=30.0, metadata={"help": "longest wait between retries when the API server fails"})
 
     @property

@@ -14,6 +14,7 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from .cache import ClusterCache
+    from .gates import GateController
     from .kube import KubeClient
 
 log = logging.getLogger("kpe.decisions")
@@ -27,6 +28,8 @@ class ServerState:
     decisions: DecisionLog = field(default_factory=lambda: DecisionLog(1000))
     client: KubeClient | None = None
     cache: ClusterCache | None = None
+    gates: GateController | None = None
+    elector: Any = None  # LeaderElector when the gate controller runs
 
     def node_info(self) -> Mapping[str, Any] | None:
         return self.cache.node_info if self.cache is not None else None

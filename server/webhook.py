@@ -27,8 +27,13 @@ log = logging.getLogger("kpe.webhook")
 REVIEW_VERSION = "admission.k8s.io/v1"
 
 
+GATES_ANNOTATION = "kpe.dev/gates"
+
+
 def gate_patch(pod: dict[str, Any], gates: list[str]) -> list[dict[str, Any]]:
-    """JSONPatch adding ``gates`` that the pod does not have yet (so a replayed review changes nothing)."""
+    """JSONPatch adding ``gates`` that the pod does not have yet (so a replayed review
+    changes nothing), and recording them in the ``kpe.dev/gates`` annotation so the
+    controller knows which gates are kpe's even after a policy is deleted."""
     spec = pod.get("spec") or {}
     existing = spec.get("schedulingGates")
     present = {g.get("name") for g in existing or [] if isinstance(g, dict)}
@@ -36,8 +41,16 @@ def gate_patch(pod: dict[str, Any], gates: list[str]) -> list[dict[str, Any]]:
     if not missing:
         return []
     if existing is None:
-        return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": g} for g in missing]}]
-    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": g}} for g in missing]
+        patch = [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": g} for g in missing]}]
+    else:
+        patch = [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": g}} for g in missing]
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    recorded = ",".join(g for g in dict.fromkeys([*(annotations or {}).get(GATES_ANNOTATION, "").split(","), *missing]) if g)
+    if annotations is None:
+        patch.append({"op": "add", "path": "/metadata/annotations", "value": {GATES_ANNOTATION: recorded}})
+    else:
+        patch.append({"op": "add", "path": "/metadata/annotations/" + GATES_ANNOTATION.replace("~", "~0").replace("/", "~1"), "value": recorded})
+    return patch
 
 
 def review_response(uid: str, *, allowed: bool = True, patch: list[dict[str, Any]] | None = None, message: str = "", warnings: list[str] | None = None) -> dict[str, Any]:

@@ -85,14 +85,20 @@ def test_pod_create_gets_one_gate_per_matching_enforce_policy(webhook: tuple[str
     assert set(answer) == set(accepted_shape) and answer["apiVersion"] == "admission.k8s.io/v1"
     assert answer["response"]["uid"] == review["request"]["uid"] and answer["response"]["allowed"] is True
     assert patch_of(answer) == [
-        {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": "kpe.dev/everyone"}, {"name": "example.com/ml-quota"}]}
+        {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": "kpe.dev/everyone"}, {"name": "example.com/ml-quota"}]},
+        # The captured pod has annotations: the gates kpe added are recorded in one more.
+        {"op": "add", "path": "/metadata/annotations/kpe.dev~1gates", "value": "kpe.dev/everyone,example.com/ml-quota"},
     ]
 
 
 def test_gates_are_appended_to_gates_the_pod_already_has_and_never_repeated(webhook: tuple[str, ssl.SSLContext]) -> None:
     review = captured_review()["request"]
     review["request"]["object"]["spec"]["schedulingGates"] = [{"name": "other.io/hold"}, {"name": "kpe.dev/everyone"}]
-    assert patch_of(post(webhook, review).json()) == [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": "example.com/ml-quota"}}]
+    del review["request"]["object"]["metadata"]["annotations"]
+    assert patch_of(post(webhook, review).json()) == [
+        {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": "example.com/ml-quota"}},
+        {"op": "add", "path": "/metadata/annotations", "value": {"kpe.dev/gates": "example.com/ml-quota"}},
+    ]
     review["request"]["object"]["spec"]["schedulingGates"].append({"name": "example.com/ml-quota"})
     assert "patch" not in post(webhook, review).json()["response"]
 

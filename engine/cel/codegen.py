@@ -38,6 +38,7 @@ TYPE_IDENTS = {
     for name in (
         "int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type",
         "optional_type", "google.protobuf.Timestamp", "google.protobuf.Duration",
+        "kubernetes.Quantity", "kubernetes.URL", "kubernetes.Semver", "net.IP", "net.CIDR",
     )
 }
 

@@ -47,7 +47,8 @@ _ORDERED = frozenset((int, UInt, float, str, bytes, bool))
 def _comparable(a: Any, b: Any, op: str) -> tuple[Any, Any]:
     ta, tb = type(a), type(b)
     if ta is tb:
-        if ta in _ORDERED or hasattr(ta, "__lt__") and ta not in (list, dict, type(None), Optional):
+        # Library types opt in to <, <=, >, >= (timestamps and durations do; quantities compare with methods).
+        if ta in _ORDERED or getattr(ta, "cel_ordered", False):
             return a, b
     elif ta in _NUMERIC and tb in _NUMERIC:
         # Like cel-go, an int or uint meets a double as a double (rounding included).

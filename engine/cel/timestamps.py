@@ -84,6 +84,7 @@ class _TimeValue:
 
 
 class Timestamp(_TimeValue):
+    cel_ordered = True  # CEL defines <, <=, >, >= on timestamps
     """An instant with nanosecond precision: ``seconds`` since the Unix epoch and
     ``nanos`` in [0, 1e9). Construction normalises nanos and checks the range."""
 
@@ -132,6 +133,7 @@ class Timestamp(_TimeValue):
 
 
 class Duration(_TimeValue):
+    cel_ordered = True  # and on durations
     """A signed span of time in nanoseconds, within int64 like Go's ``time.Duration``."""
 
     __slots__ = ("nanos",)

@@ -1,0 +1,230 @@
+"""The gate controller: lifts kpe's scheduling gates when the policies admit the pod.
+
+Only the leader (see ``leader``) runs it. It re-evaluates the pods holding
+kpe gates when pods or nodes change (debounced), when the policies are
+reloaded, and every ``resync`` seconds. A gate is removed with a
+conflict-safe JSONPatch: ``test`` the gates as read, then ``replace`` them
+without the lifted ones, so a concurrent change makes the patch fail (422)
+and the pod is re-read and decided again. Only gates of kpe's policies are
+ever removed; each removal records an Event on the pod naming the policy
+and how long the pod waited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from engine.admission import admit
+from engine.policy import PolicySet
+
+from .kube import ApiError
+from .leader import micro_time
+from .state import ServerState
+
+log = logging.getLogger("kpe.gates")
+MAX_ATTEMPTS = 4
+
+
+@dataclass
+class HeldPod:
+    """A pod kpe is holding, for /apis/v1/gated."""
+
+    namespace: str
+    name: str
+    gates: dict[str, str] = field(default_factory=dict)  # gate -> current message
+    since: float = 0.0
+
+
+def gate_names(pod: dict[str, Any]) -> list[str]:
+    return [g["name"] for g in (pod.get("spec") or {}).get("schedulingGates") or [] if isinstance(g, dict) and "name" in g]
+
+
+GATES_ANNOTATION = "kpe.dev/gates"
+
+
+def kpe_gates(policy_set: PolicySet, pod: dict[str, Any]) -> set[str]:
+    """The gates kpe may lift on this pod: its policies' gates, and the ones the
+    webhook recorded adding (so a gate outlives a deleted policy only until the next pass)."""
+    recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(GATES_ANNOTATION, "")
+    return set(policy_set.gates) | {g for g in recorded.split(",") if g}
+
+
+def created_at(pod: dict[str, Any]) -> float:
+    text = (pod.get("metadata") or {}).get("creationTimestamp")
+    if not text:
+        return time.time()
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return time.time()
+
+
+class GateController:
+    def __init__(self, state: ServerState, *, resync_s: float, debounce_s: float) -> None:
+        self.state = state
+        self.resync = resync_s
+        self.debounce = debounce_s
+        self.held: dict[str, HeldPod] = {}
+        self.released = 0
+
+    # -- decisions -------------------------------------------------------------
+    def plan(self, policy_set: PolicySet, pod: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[list[str], dict[str, str]]:
+        """(kpe gates to lift now, messages of the kpe gates that stay)."""
+        present = [g for g in gate_names(pod) if g in kpe_gates(policy_set, pod)]
+        if not present:
+            return [], {}
+        decisions = {d.gate: d for d in admit(policy_set, pod, nodes=nodes, pods=pods).decisions if not d.audit}
+        lift, keep = [], {}
+        for gate in present:
+            decision = decisions.get(gate)
+            self.state.metrics.admission_evaluations.labels(
+                policy_set.gates[gate].name if gate in policy_set.gates else "(removed)",
+                "error" if decision is not None and decision.error else "evaluated",
+            ).inc()
+            # A gate whose policy no longer applies to the pod holds nothing back.
+            if decision is None or decision.satisfied:
+                lift.append(gate)
+            else:
+                keep[gate] = decision.message
+        return lift, keep
+
+    async def reconcile(self) -> int:
+        """One pass over the cached pods; returns how many gates were lifted."""
+        cache = self.state.cache
+        assert cache is not None
+        policy_set = self.state.store.current
+        nodes, pods = cache.nodes(), cache.pods()
+        lifted = 0
+        seen: set[str] = set()
+        for pod in pods:
+            if (pod.get("spec") or {}).get("nodeName") or not any(g in kpe_gates(policy_set, pod) for g in gate_names(pod)):
+                continue
+            meta = pod.get("metadata") or {}
+            key = f"{meta.get('namespace', 'default')}/{meta.get('name')}"
+            seen.add(key)
+            lift, keep = self.plan(policy_set, pod, nodes, pods)
+            if lift:
+                lifted += await self.lift(policy_set, pod, lift)
+            if keep:
+                held = self.held.setdefault(key, HeldPod(meta.get("namespace", "default"), str(meta.get("name")), since=created_at(pod)))
+                held.gates = keep
+            else:
+                self.held.pop(key, None)
+        for key in set(self.held) - seen:
+            del self.held[key]
+        self._export_gauges(policy_set)
+        return lifted
+
+    async def lift(self, policy_set: PolicySet, pod: dict[str, Any], gates: list[str]) -> int:
+        """Remove ``gates`` (re-reading and re-deciding on conflicts)."""
+        client = self.state.client
+        assert client is not None
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace", "default"), str(meta.get("name"))
+        for _attempt in range(MAX_ATTEMPTS):
+            current = (pod.get("spec") or {}).get("schedulingGates") or []
+            remaining = [g for g in current if g.get("name") not in gates]
+            patch = [
+                {"op": "test", "path": "/spec/schedulingGates", "value": current},
+                {"op": "replace", "path": "/spec/schedulingGates", "value": remaining},
+            ]
+            try:
+                await client.patch_pod(namespace, name, patch)
+            except ApiError as exc:
+                if exc.status == 404:
+                    return 0
+                if exc.status not in (409, 422):
+                    log.warning("could not lift gates of %s/%s: %s", namespace, name, exc)
+                    return 0
+                try:
+                    pod = await client.get_pod(namespace, name)
+                except ApiError as read_error:
+                    if read_error.status == 404:
+                        return 0
+                    raise
+                cache = self.state.cache
+                assert cache is not None
+                gates, _ = self.plan(policy_set, pod, cache.nodes(), cache.pods())
+                if not gates:
+                    return 0
+                continue
+            waited = max(0.0, time.time() - created_at(pod))
+            for gate in gates:
+                policy = policy_set.gates.get(gate)
+                self.state.metrics.gate_wait.labels(policy.name if policy else "unknown").observe(waited)
+                await self._event(pod, gate, policy.name if policy else "(removed policy)", waited)
+            self.released += len(gates)
+            return len(gates)
+        return 0
+
+    async def _event(self, pod: dict[str, Any], gate: str, policy: str, waited: float) -> None:
+        client = self.state.client
+        assert client is not None
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace", "default")
+        now = micro_time()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.kpe-", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid")},
+            "reason": "SchedulingGateLifted",
+            "message": f"kpe policy {policy} lifted scheduling gate {gate} after {waited:.1f}s",
+            "type": "Normal",
+            "source": {"component": "kpe"},
+            "reportingComponent": "kpe",
+            "firstTimestamp": now[:19] + "Z",
+            "lastTimestamp": now[:19] + "Z",
+            "count": 1,
+        }
+        try:
+            await client.create_event(namespace, event)
+        except ApiError as exc:
+            log.warning("could not record event for %s/%s: %s", namespace, meta.get("name"), exc)
+
+    def _export_gauges(self, policy_set: PolicySet) -> None:
+        counts: dict[str, int] = {p.name: 0 for p in policy_set.policies if p.admission is not None}
+        for held in self.held.values():
+            for gate in held.gates:
+                policy = policy_set.gates.get(gate)
+                if policy is not None:
+                    counts[policy.name] = counts.get(policy.name, 0) + 1
+        for policy, n in counts.items():
+            self.state.metrics.gated_pods.labels(policy).set(n)
+
+    # -- loop ------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event, leading: asyncio.Event) -> None:
+        cache = self.state.cache
+        assert cache is not None
+        changed = cache.subscribe()
+        reloaded = self.state.store.subscribe()
+        while not stop.is_set():
+            if not leading.is_set():
+                await _first(stop, leading, timeout=1.0)
+                continue
+            if not cache.synced.is_set():
+                await _first(stop, cache.synced, timeout=1.0)
+                continue
+            try:
+                await self.reconcile()
+            except Exception:  # noqa: BLE001 - one bad pass must not end the controller
+                log.exception("gate controller pass failed")
+            changed.clear()
+            reloaded.clear()
+            await _first(stop, changed, reloaded, timeout=self.resync)
+            if not stop.is_set():
+                await asyncio.sleep(self.debounce)  # let a burst of changes settle
+
+
+async def _first(*events: asyncio.Event, timeout: float) -> None:
+    waiters = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()

@@ -1,0 +1,280 @@
+"""The one module of ``server`` that talks to the Kubernetes API.
+
+kr8s does configuration and authentication (kubeconfig with exec plugins,
+tokens and client certificates; the in-cluster service account) and hands us
+raw httpx responses through ``Api.call_api``. Everything else stays here and
+stays plain: objects are the API's JSON decoded with orjson, and the caller
+owns resourceVersions, bookmarks and relists (see ``server.cache``).
+
+Every failure surfaces as ``ApiError`` carrying the API's ``Status``, so
+callers catch one exception type: bind answers the scheduler with the API's
+own message, the cache decides between resuming, relisting and backing off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import kr8s
+import kr8s.asyncio
+import orjson
+
+Obj = dict[str, Any]
+Objs = list[Obj]
+Patch = list[dict[str, Any]]
+
+SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+REQUEST_TIMEOUT_S = 10.0
+# A quiet watch may send nothing for its whole timeoutSeconds; give the server
+# that long plus slack before calling the connection dead.
+WATCH_READ_SLACK_S = 30.0
+# Makes kr8s skip kubeconfig files so the service account wins (kr8s silently
+# ignores kubeconfig paths that do not exist; nothing can exist under /dev/null).
+_NO_KUBECONFIG = "/dev/null/kpe-in-cluster"
+
+
+class ApiError(Exception):
+    """A refused or failed API call. ``status`` is the HTTP code (0: no answer at
+    all, e.g. connection refused or timeout); ``body`` the Status object, if any."""
+
+    def __init__(self, status: int, reason: str, message: str, body: Obj | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}" if status else f"{reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body: Obj = body or {}
+
+    @classmethod
+    def from_status(cls, body: Obj, http_status: int = 0) -> ApiError:
+        code = body.get("code")
+        if not isinstance(code, int):
+            code = http_status
+        kind = Expired if code == 410 else cls
+        return kind(code, str(body.get("reason") or ""), str(body.get("message") or ""), body)
+
+
+class Expired(ApiError):
+    """410 Gone: the resourceVersion was compacted away; list again from scratch."""
+
+
+class WatchError(ApiError):
+    """An ``ERROR`` event inside a watch stream (other than 410): the stream is
+    no longer trustworthy, so the informer relists."""
+
+
+class CredentialsError(Exception):
+    """Cluster access was required but no credentials were found, or they could not be loaded."""
+
+
+def _status_of(response: httpx.Response) -> ApiError:
+    """The ApiError for an error response, preferring the API's Status body."""
+    try:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict) and body.get("kind") == "Status":
+        return ApiError.from_status(body, response.status_code)
+    text = response.text.strip()[:500] or response.reason_phrase
+    return ApiError.from_status({"code": response.status_code, "reason": response.reason_phrase, "message": text})
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """kr8s raises ServerError/APITimeoutError, httpx its own transport errors: make them all ApiError."""
+    try:
+        yield
+    except kr8s.ServerError as exc:
+        if exc.response is None:
+            raise ApiError(0, "ServerError", str(exc)) from exc
+        raise _status_of(exc.response) from exc
+    except kr8s.APITimeoutError as exc:
+        raise ApiError(0, "Timeout", "timed out waiting for the Kubernetes API server") from exc
+    except httpx.TimeoutException as exc:
+        raise ApiError(0, "Timeout", f"timed out waiting for the Kubernetes API server ({type(exc).__name__})") from exc
+    except httpx.HTTPError as exc:
+        raise ApiError(0, "Unreachable", f"{type(exc).__name__}: {exc}") from exc
+
+
+def _split(path: str) -> tuple[str, str]:
+    """kr8s builds URLs as base/version/url; a whole path fits as base + url
+    (an empty url would add a trailing slash, which the API server rejects)."""
+    head, _, tail = path.strip("/").partition("/")
+    return "/" + head, tail
+
+
+def _credentials_source(kubeconfig: str, serviceaccount: str) -> tuple[str, str] | None:
+    """Which credentials to load, in client-go's order for controllers: an
+    explicit kubeconfig, then $KUBECONFIG, then the in-cluster service account,
+    then ~/.kube/config. None when there are none."""
+    if kubeconfig:
+        if not os.path.isfile(os.path.expanduser(kubeconfig)):
+            raise CredentialsError(f"kubeconfig {kubeconfig} does not exist")
+        return kubeconfig, "kubeconfig " + kubeconfig
+    env = os.environ.get("KUBECONFIG", "")
+    if any(os.path.isfile(os.path.expanduser(p)) for p in env.split(os.pathsep) if p):
+        return env, "$KUBECONFIG " + env
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.isfile(os.path.join(serviceaccount, "token")):
+        return _NO_KUBECONFIG, "in-cluster service account"
+    home = os.path.expanduser("~/.kube/config")
+    if os.path.isfile(home):
+        return home, "kubeconfig " + home
+    return None
+
+
+class KubeClient:
+    """Async Kubernetes API calls over one kr8s session. Paths are API paths
+    ("/api/v1/nodes"); answers are decoded JSON dicts."""
+
+    def __init__(self, api: kr8s.asyncio.Api, *, source: str = "", timeout: float = REQUEST_TIMEOUT_S) -> None:
+        self._api = api
+        self.source = source
+        self.timeout = timeout
+
+    @classmethod
+    async def connect(
+        cls, *, kubeconfig: str = "", required: bool = False, serviceaccount: str = SERVICEACCOUNT_DIR
+    ) -> KubeClient | None:
+        """Load credentials (no request is made: an API server that is down at
+        start-up is the cache's business, retried with backoff, not a crash).
+        None when there are none and they are not ``required``."""
+        found = _credentials_source(kubeconfig, serviceaccount)
+        if found is None:
+            if required:
+                raise CredentialsError(
+                    "cluster access is required but no credentials were found "
+                    "(no --kubeconfig, $KUBECONFIG, in-cluster service account or ~/.kube/config)"
+                )
+            return None
+        path, source = found
+        try:
+            # Api() directly rather than kr8s.asyncio.api(): that factory shares
+            # instances between callers and probes /version, which would make a
+            # passing API-server outage fatal at start-up.
+            api = kr8s.asyncio.Api(bypass_factory=True, kubeconfig=path, serviceaccount=serviceaccount)
+            await api.auth
+        except Exception as exc:  # noqa: BLE001 - kr8s raises ValueError, KeyError, RuntimeError, OSError... for broken configs
+            raise CredentialsError(f"cannot load Kubernetes credentials from {source}: {type(exc).__name__}: {exc}") from exc
+        return cls(api, source=source)
+
+    @property
+    def server(self) -> str:
+        return str(self._api.auth.server)
+
+    async def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None, content_type: str = "") -> Obj:
+        kwargs: dict[str, Any] = {"timeout": self.timeout}
+        if params:
+            kwargs["params"] = params
+        if body is not None:
+            kwargs["content"] = orjson.dumps(body)
+            kwargs["headers"] = {"content-type": content_type or "application/json"}
+        with _translated():
+            base, url = _split(path)
+            async with self._api.call_api(method, base=base, version="", url=url, **kwargs) as response:
+                try:
+                    answer = orjson.loads(response.content)
+                except orjson.JSONDecodeError as exc:
+                    raise ApiError(response.status_code, "BadResponse", f"not JSON from {method} {path}: {exc}") from exc
+        if not isinstance(answer, dict):
+            raise ApiError(response.status_code, "BadResponse", f"{method} {path} answered {type(answer).__name__}, not an object")
+        return answer
+
+    async def list(self, path: str, *, params: dict[str, Any] | None = None) -> Obj:
+        """One page of a list (pass ``limit``/``continue`` in params)."""
+        return await self._call("GET", path, params=params)
+
+    async def list_all(self, path: str, *, page_size: int = 500) -> tuple[Objs, str]:
+        """Every item, following ``continue`` tokens; the resourceVersion to watch from.
+        An expired continue token raises Expired: the caller starts over."""
+        items: Objs = []
+        params: dict[str, Any] = {"limit": page_size}
+        while True:
+            page = await self.list(path, params=params)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+            params = {"limit": page_size, "continue": token}
+
+    async def watch(
+        self, path: str, *, resource_version: str, timeout_seconds: int = 300, bookmarks: bool = True
+    ) -> AsyncIterator[Obj]:
+        """Events from a chunked watch stream, one per line, as decoded dicts.
+        Ends when the server closes the stream cleanly (its timeoutSeconds);
+        raises Expired on 410, WatchError on any other ERROR event, ApiError when
+        the connection fails or breaks."""
+        params: dict[str, Any] = {"watch": "true", "timeoutSeconds": timeout_seconds}
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        if bookmarks:
+            params["allowWatchBookmarks"] = "true"
+        timeout = httpx.Timeout(self.timeout, read=timeout_seconds + WATCH_READ_SLACK_S)
+        base, url = _split(path)
+        with _translated():
+            async with self._api.call_api("GET", base=base, version="", url=url, stream=True, params=params, timeout=timeout) as response:
+                buffer = b""
+                async for chunk in response.aiter_bytes():
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if line.strip():
+                            yield _event(line)
+                if buffer.strip():
+                    yield _event(buffer)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind a pod as kube-scheduler's DefaultBinder does; the UID makes the API
+        refuse a different pod that reuses the name."""
+        meta: Obj = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": meta, "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        await self._call("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body=binding)
+
+    async def get_pod(self, namespace: str, name: str) -> Obj:
+        return await self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    async def patch_pod(self, namespace: str, name: str, patch: Patch) -> Obj:
+        """A JSONPatch; put a ``test`` op first to make it conflict-safe (422 when it fails)."""
+        return await self._call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch, content_type="application/json-patch+json")
+
+    async def create_event(self, namespace: str, event: Obj) -> Obj:
+        group = "/apis/events.k8s.io/v1" if event.get("apiVersion") == "events.k8s.io/v1" else "/api/v1"
+        return await self._call("POST", f"{group}/namespaces/{namespace}/events", body=event)
+
+    async def get_lease(self, namespace: str, name: str) -> Obj:
+        return await self._call("GET", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}")
+
+    async def create_lease(self, namespace: str, lease: Obj) -> Obj:
+        return await self._call("POST", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", body=lease)
+
+    async def replace_lease(self, namespace: str, name: str, lease: Obj) -> Obj:
+        """PUT: carries metadata.resourceVersion, so a concurrent writer gets 409."""
+        return await self._call("PUT", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}", body=lease)
+
+    async def close(self) -> None:
+        # kr8s has no public close; its session is recreated on the next call if needed.
+        session = getattr(self._api, "_session", None)
+        if session is not None:
+            with contextlib.suppress(RuntimeError):
+                await session.aclose()
+
+
+def _event(line: bytes) -> Obj:
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(0, "BadResponse", f"undecodable watch event: {exc}") from exc
+    if not isinstance(event, dict):
+        raise ApiError(0, "BadResponse", "watch event is not an object")
+    if event.get("type") == "ERROR":
+        status = event.get("object")
+        err = ApiError.from_status(status if isinstance(status, dict) else {})
+        if isinstance(err, Expired):
+            raise err
+        raise WatchError(err.status, err.reason, err.message, err.body)
+    return event
