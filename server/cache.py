@@ -175,13 +175,15 @@ class ClusterCache:
         failures = 0
         relist = True
         while not stop.is_set():
-            listing = relist
+            listing, seen = relist, 0
             try:
                 if relist:
                     items, rv = await self._client.list_all(inf.path, page_size=self._page_size)
                     self._replace(inf, items, rv)
-                    relist, failures = False, 0
-                started, seen = time.monotonic(), 0
+                    relist, listing = False, False
+                # Only a watch that delivers resets the backoff: a list that succeeds
+                # followed by a watch that fails at once must not become a tight loop.
+                started = time.monotonic()
                 timeout = random.randint(*WATCH_TIMEOUT_RANGE_S)
                 async for event in self._client.watch(inf.path, resource_version=inf.resource_version, timeout_seconds=timeout):
                     self._apply(inf, event)
@@ -191,10 +193,11 @@ class ClusterCache:
                 if not seen and time.monotonic() - started < MIN_HEALTHY_WATCH_S:
                     failures += 1
             except Expired as exc:
-                # Relist at once (as kube's reflector does); only a list that itself
-                # expires (a continue token outliving etcd's history) waits.
+                # Relist at once after a healthy watch (as kube's reflector does); wait
+                # if the list itself expired (a continue token outliving etcd's history)
+                # or the watch expired before saying anything.
                 relist, reason = True, "expired"
-                failures += 1 if listing else 0
+                failures += 1 if listing or not seen else 0
                 self._error(inf, exc)
             except WatchError as exc:
                 relist, reason = True, "error-event"

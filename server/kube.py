@@ -95,8 +95,10 @@ def _translated() -> Iterator[None]:
         raise ApiError(0, "Timeout", "timed out waiting for the Kubernetes API server") from exc
     except httpx.TimeoutException as exc:
         raise ApiError(0, "Timeout", f"timed out waiting for the Kubernetes API server ({type(exc).__name__})") from exc
-    except httpx.HTTPError as exc:
+    except httpx.ConnectError as exc:
         raise ApiError(0, "Unreachable", f"{type(exc).__name__}: {exc}") from exc
+    except httpx.HTTPError as exc:  # the connection broke mid-answer (a dropped watch, a reset)
+        raise ApiError(0, "ConnectionLost", f"{type(exc).__name__}: {exc}") from exc
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -156,6 +158,10 @@ class KubeClient:
             # passing API-server outage fatal at start-up.
             api = kr8s.asyncio.Api(bypass_factory=True, kubeconfig=path, serviceaccount=serviceaccount)
             await api.auth
+            # kr8s creates its httpx session lazily inside call_api, and two first
+            # calls racing (the node and pod informers) each make one, leaking the
+            # loser's connections: make it now, before anything runs concurrently.
+            await api._create_session()
         except Exception as exc:  # noqa: BLE001 - kr8s raises ValueError, KeyError, RuntimeError, OSError... for broken configs
             raise CredentialsError(f"cannot load Kubernetes credentials from {source}: {type(exc).__name__}: {exc}") from exc
         return cls(api, source=source)
