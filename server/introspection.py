@@ -44,7 +44,7 @@ async def metrics(request: Request) -> Response:
     last = state.store.last
     state.metrics.load_errors.set(len(last.errors) if last and not last.ok else 0)
     if state.cache is not None:
-        for kind in ("nodes", "pods"):
+        for kind in ("node", "pod"):
             state.metrics.cache_lag.labels(kind).set(state.cache.lag_seconds(kind))
     return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
