@@ -20,6 +20,8 @@ from engine.policy import PolicySet
 
 from engine.tables import render_table
 
+from .settings import UsageError
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
@@ -29,10 +31,6 @@ def default_policies() -> str:
     if here.is_dir():
         return str(here)
     return str(Path(__file__).resolve().parent.parent / "policies")
-
-
-class UsageError(Exception):
-    """A problem with the command line or the files it names (exit 2)."""
 
 
 # -- check -----------------------------------------------------------------------
@@ -182,6 +180,17 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--policies", nargs="+", metavar="PATH", help="policy files or directories (default: the shipped policies)")
     exp.add_argument("--output", choices=("table", "json"), default="table")
     exp.set_defaults(run=cmd_explain)
+
+    from .schedulerconfig import add_arguments as add_scheduler_config_arguments
+    from .schedulerconfig import cmd_scheduler_config
+
+    sched = sub.add_parser(
+        "scheduler-config",
+        help="print the kube-scheduler extender configuration the policies need",
+        description="Print kube-scheduler's `extenders:` entry for kpe (verbs and managedResources follow the policies).",
+    )
+    add_scheduler_config_arguments(sched)
+    sched.set_defaults(run=cmd_scheduler_config)
 
     from .serve import add_serve_command
 

@@ -6,7 +6,7 @@ import argparse
 import ssl
 from typing import Any
 
-from .settings import Settings, add_arguments, load_settings
+from .settings import Settings, UsageError, add_arguments, load_settings
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
@@ -24,7 +24,6 @@ def cmd_serve(args: argparse.Namespace, out: Any) -> int:
     from engine.errors import PolicyLoadError
 
     from .app import create_app
-    from .cli import UsageError
     from .logs import configure
 
     try:

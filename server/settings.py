@@ -14,6 +14,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 
+class UsageError(Exception):
+    """A problem with the command line, the settings or the files they name (exit 2)."""
+
+
 def _default_policies() -> str:
     from .cli import default_policies
 

@@ -1,0 +1,49 @@
+# syntax=docker/dockerfile:1
+# kpe's image: `docker build -t kpe:0.1.0 .` (BuildKit, the default since Docker 23).
+# Two stages: the builder turns the project and its dependencies into wheels;
+# the final stage installs only those wheels into a venv, so no compiler,
+# build backend or source tree ends up in the image.
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# -- builder ----------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY engine/ engine/
+COPY server/ server/
+# Every dependency publishes wheels for CPython 3.11 on linux amd64 and arm64, so
+# this stage needs no compiler either; a platform without them would need
+# build-essential here (in this stage only).
+RUN pip wheel --wheel-dir /wheels .
+
+# -- final ------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE}
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    VIRTUAL_ENV=/opt/kpe \
+    PATH=/opt/kpe/bin:$PATH
+
+# The wheels are bind-mounted from the builder, not copied, so they never form a
+# layer; the venv gets no pip of its own (the base image's pip installs into it).
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    python -m venv --without-pip /opt/kpe \
+ && pip --python /opt/kpe/bin/python install --no-index --find-links /wheels kube-policy-extender
+
+
+# The shipped policies, as the default policy set; in Kubernetes a ConfigMap is
+# mounted over this directory (deploy/deployment.yaml).
+COPY policies/*.yaml /etc/kpe/policies/
+ENV KPE_POLICIES=/etc/kpe/policies \
+    KPE_PORT=8443
+
+# A fixed numeric UID, so Kubernetes' runAsNonRoot can verify it (deploy/ uses the same).
+RUN groupadd --system --gid 10001 kpe \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kpe
+USER 10001:10001
+
+EXPOSE 8443
+ENTRYPOINT ["kpe", "serve", "--host", "0.0.0.0"]

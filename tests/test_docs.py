@@ -1,0 +1,164 @@
+"""The reference docs are generated and current, and docs/cel-functions.md lists
+every function of kpe's CEL library with examples that hold."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import sys
+from dataclasses import fields
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from engine import cel
+from engine.cel import values
+from server.cli import build_parser
+from server.settings import Settings, env_name
+
+ROOT = Path(__file__).resolve().parent.parent
+CEL_DOC = ROOT / "docs" / "cel-functions.md"
+
+
+def load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "docs" / "gen_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = load_generator()
+
+
+# -- generated reference ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["policy.md", "settings.md"])
+def test_generated_reference_is_current(name: str) -> None:
+    path = ROOT / "docs" / "reference" / name
+    expected: str = gen.outputs()[path]
+    assert path.exists(), "run: python docs/gen_reference.py"
+    assert path.read_text(encoding="utf-8") == expected, "out of date; run: python docs/gen_reference.py"
+
+
+def test_every_policy_field_is_described() -> None:
+    rows = gen.policy_fields()
+    assert len(rows) > 30
+    for row in rows:
+        assert row.type and row.description, f"{row.path} needs a type and a description in the schema"
+    by_path = {row.path: row for row in rows}
+    assert by_path["spec.mode"].default == '`"Enforce"`' and "`Audit`" in by_path["spec.mode"].allowed
+    assert by_path["spec.scores[].weight"].default == "`1`"
+    assert by_path["spec.filters[].expression"].type == "string (CEL)" and by_path["spec.filters[].expression"].required
+
+
+def policy_paths(node: Any, path: str = "") -> set[str]:
+    """Field paths a policy document uses, in the reference's notation; free-form maps stop the walk."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            child = f"{path}.{key}" if path else str(key)
+            found.add(child)
+            if child not in ("spec.params", "metadata.labels", "metadata.annotations", "spec.match.podSelector.matchLabels"):
+                found |= policy_paths(value, child)
+    elif isinstance(node, list):
+        for item in node:
+            found |= policy_paths(item, f"{path}[]")
+        found = {p for p in found if p != f"{path}[]"}
+    return found
+
+
+def test_reference_covers_every_field_the_shipped_policies_use() -> None:
+    documented = {row.path for row in gen.policy_fields()}
+    used: set[str] = set()
+    for file in (ROOT / "policies").glob("*.yaml"):
+        for doc in yaml.safe_load_all(file.read_text()):
+            used |= policy_paths(doc)
+    assert used and used <= documented, used - documented
+
+
+def serve_options() -> set[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {opt for action in sub.choices["serve"]._actions for opt in action.option_strings}
+
+
+def test_settings_reference_names_every_flag_and_variable() -> None:
+    text = gen.render_settings_reference()
+    options = serve_options()
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in options
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{f.name}` |"))
+        assert f"`{flag}" in row and f"`{env_name(f.name)}`" in row
+        assert str(f.metadata["help"]) in row
+
+
+def test_generator_check_mode() -> None:
+    assert gen.main(["--check"]) == 0
+
+
+# -- CEL functions -------------------------------------------------------------------------
+
+
+def receiver_name(cls: type) -> str:
+    """The receiver as the doc writes it: the CEL type name without its namespace
+    (``kubernetes.Quantity`` → ``Quantity``, ``optional_type`` → ``optional``)."""
+    name = values._TYPE_NAMES.get(cls, cls.__name__)  # the registry library modules fill in
+    return name.rsplit(".", 1)[-1].removesuffix("_type")
+
+
+def signatures() -> set[str]:
+    """Every ``name(`` / ``Receiver.name(`` at the start of a code span in the doc's signature column."""
+    found: set[str] = set()
+    for line in CEL_DOC.read_text().splitlines():
+        if line.startswith("| `"):
+            first_cell = line.split(" | ")[0]
+            found |= set(re.findall(r"`([A-Za-z_][\w.]*)\(", first_cell))
+    return found
+
+
+def test_every_library_function_is_documented() -> None:
+    library = cel.default_library()
+    documented = signatures()
+    missing = [f"{name}()" for name in library.functions if name not in documented]
+    for name, by_type in library.methods.items():
+        for cls in by_type:
+            if f"{receiver_name(cls)}.{name}" not in documented:
+                missing.append(f"{receiver_name(cls)}.{name}()")
+    assert not missing, f"add to docs/cel-functions.md: {', '.join(sorted(set(missing)))}"
+
+
+def test_documented_functions_exist() -> None:
+    """The other direction: no signature names a function or method kpe lacks
+    (macros and the compiler's own functions aside)."""
+    library = cel.default_library()
+    compiler_provided = {"size", "type", "has", "all", "exists", "exists_one", "existsOne", "map", "filter", "transformList", "transformMap", "optMap", "optFlatMap"}
+    receivers = {receiver_name(cls) for by_type in library.methods.values() for cls in by_type} | {"list", "map", "bytes", "string", "optional"}
+    for signature in signatures():
+        receiver, _, name = signature.rpartition(".")
+        if signature in library.functions or name in compiler_provided:
+            continue
+        assert receiver in receivers and name in library.methods, signature
+
+
+def examples() -> list[str]:
+    found: list[str] = []
+    for line in CEL_DOC.read_text().splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in re.split(r"(?<!\\) \| ", line.strip().strip("|"))]
+            last = cells[-1]
+            assert last.startswith("`") and last.endswith("`"), line
+            found.append(last[1:-1].replace("\\|", "|"))
+    return found
+
+
+@pytest.mark.parametrize("example", examples())
+def test_examples_are_true(example: str) -> None:
+    assert cel.compile(example).evaluate({}) is True

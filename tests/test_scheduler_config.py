@@ -1,0 +1,289 @@
+"""``kpe scheduler-config``: what it prints is what a real kube-scheduler accepted
+(fixtures/kube-scheduler-wire/scheduler-config.yaml), and the verbs and
+managedResources follow the policy set."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from server.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+from server.schedulerconfig import DEFAULT_URL, is_extended_resource_name
+from server.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT.parent / "shared" / "fixtures" / "kube-scheduler-wire" / "scheduler-config.yaml"
+
+# Fields of kube-scheduler's Extender type that the captured config does not use
+# but kpe may write, and the fields of its ExtenderTLSConfig (json tags of the Go types).
+EXTRA_EXTENDER_FIELDS = {"httpTimeout": str, "tlsConfig": dict}
+TLS_FIELDS = {"insecure": bool, "serverName": str, "certFile": str, "keyFile": str, "caFile": str}
+GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
+
+HEAD = "apiVersion: kpe.dev/v1alpha1\nkind: SchedulingPolicy\n"
+FILTER = "  filters:\n  - name: f\n    expression: 'true'\n"
+SCORE = "  scores:\n  - name: s\n    expression: '50'\n"
+PREEMPT = "  preemption:\n    victim: 'true'\n"
+ADMIT = "  admission:\n    expression: 'true'\n"
+
+
+def policy(name: str, *parts: str, resources: list[str] | None = None, mode: str = "Enforce") -> str:
+    match = f"  match:\n    resources: [{', '.join(resources)}]\n" if resources else ""
+    return f"{HEAD}metadata:\n  name: {name}\nspec:\n  mode: {mode}\n{match}{''.join(parts)}"
+
+
+def write_policies(tmp_path: Path, *docs: str) -> str:
+    directory = tmp_path / "policies"
+    directory.mkdir(exist_ok=True)
+    for i, doc in enumerate(docs):
+        (directory / f"p{i}.yaml").write_text(doc)
+    return str(directory)
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(["scheduler-config", *argv], out=out)
+    return code, out.getvalue()
+
+
+def generate(*argv: str) -> Any:
+    code, text = run(*argv)
+    assert code == EXIT_OK, text
+    return yaml.safe_load(text)
+
+
+def entry_for(tmp_path: Path, *docs: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    entry: dict[str, Any] = generate("--entry-only", "--policies", write_policies(tmp_path, *docs), *extra)
+    return entry
+
+
+def fixture_config() -> dict[str, Any]:
+    if not FIXTURE.exists():
+        pytest.skip(f"captured kube-scheduler config not found at {FIXTURE}")
+    config: dict[str, Any] = yaml.safe_load(FIXTURE.read_text())
+    return config
+
+
+# -- against the configuration a real kube-scheduler accepted ---------------------------
+
+
+def test_document_has_the_captured_api_version_and_kind(tmp_path: Path) -> None:
+    captured = fixture_config()
+    path = write_policies(tmp_path, policy("a", FILTER))
+    generated = generate("--policies", path, "--api-version", "v1beta3")
+    assert generated["apiVersion"] == captured["apiVersion"] == "kubescheduler.config.k8s.io/v1beta3"
+    assert generated["kind"] == captured["kind"]
+    assert generated["clientConnection"] == captured["clientConnection"]
+    assert isinstance(generated["extenders"], list) and len(generated["extenders"]) == 1
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_entry_matches_each_captured_extender(tmp_path: Path, index: int) -> None:
+    """Configured like a captured extender, kpe prints the same entry: same keys,
+    same value types, same values, except what kpe always states on purpose."""
+    captured = fixture_config()["extenders"][index]
+    resources = [r["name"] for r in captured.get("managedResources", [])]
+    docs = [policy("all", FILTER, SCORE, PREEMPT, resources=resources or None)]
+    options = ["--url", captured["urlPrefix"], "--weight", str(captured["weight"])]
+    options.append("--node-cache-capable" if captured["nodeCacheCapable"] else "--no-node-cache-capable")
+    if "bindVerb" in captured:
+        options.append("--bind")
+    if captured.get("ignorable"):
+        options.append("--ignorable")
+    generated = entry_for(tmp_path, *docs, extra=tuple(options))
+
+    # kpe always writes httpTimeout and ignorable (explicit beats the scheduler's defaults);
+    # ignoredByScheduler is false because the scheduler must still count the resource.
+    expected = dict(captured, httpTimeout="5s", ignorable=captured.get("ignorable", False))
+    if "managedResources" in expected:
+        expected["managedResources"] = [dict(r, ignoredByScheduler=False) for r in captured["managedResources"]]
+    assert generated == expected
+    assert list(generated)[0] == "urlPrefix"
+
+
+def test_every_field_kpe_writes_has_the_shape_the_scheduler_accepts(tmp_path: Path) -> None:
+    """With every option on, each key is one the captured config used (with the same
+    value type) or one of the Go type's other fields, with its type."""
+    captured = fixture_config()["extenders"]
+    known: dict[str, type] = dict(EXTRA_EXTENDER_FIELDS)
+    for entry in captured:
+        for key, value in entry.items():
+            known[key] = type(value)
+    docs = [policy("all", FILTER, SCORE, PREEMPT, resources=["example.com/foo"])]
+    generated = entry_for(
+        tmp_path,
+        *docs,
+        extra=("--bind", "--ignorable", "--ca-file", "/etc/kpe/ca.crt", "--cert-file", "/etc/kpe/c.crt", "--key-file", "/etc/kpe/c.key", "--server-name", "kpe.kpe-system.svc", "--http-timeout", "1m30s"),
+    )
+    assert set(generated) <= set(known), set(generated) - set(known)
+    for key, value in generated.items():
+        assert type(value) is known[key], (key, value)
+    captured_resource = next(e for e in captured if "managedResources" in e)["managedResources"][0]
+    for resource in generated["managedResources"]:
+        assert {k: type(v) for k, v in resource.items()} == {k: type(v) for k, v in captured_resource.items()}
+    assert GO_DURATION.match(generated["httpTimeout"])
+    assert set(generated["tlsConfig"]) <= set(TLS_FIELDS)
+    for key, value in generated["tlsConfig"].items():
+        assert type(value) is TLS_FIELDS[key]
+    # The scheme picks TLS; enableHTTPS would only add "insecure when no CA".
+    assert "enableHTTPS" not in generated
+
+
+def test_verbs_are_server_routes_and_the_default_url_uses_the_server_prefix() -> None:
+    from server.extender import VERBS
+
+    generated = generate("--entry-only", "--bind")
+    for key in ("filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb"):
+        assert generated[key] in VERBS
+    prefix = str(Settings.__dataclass_fields__["prefix"].default)
+    assert DEFAULT_URL.endswith(prefix) and generated["urlPrefix"] == DEFAULT_URL
+
+
+# -- verbs follow the policy set --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("parts", "verbs"),
+    [
+        ((FILTER,), {"filterVerb"}),
+        ((SCORE,), {"prioritizeVerb"}),
+        ((PREEMPT,), {"preemptVerb"}),
+        ((FILTER, ADMIT), {"filterVerb"}),
+        ((FILTER, SCORE, PREEMPT), {"filterVerb", "prioritizeVerb", "preemptVerb"}),
+    ],
+)
+def test_only_the_verbs_some_policy_needs(tmp_path: Path, parts: tuple[str, ...], verbs: set[str]) -> None:
+    entry = entry_for(tmp_path, policy("a", *parts))
+    assert {k for k in entry if k.endswith("Verb")} == verbs
+
+
+def test_verbs_union_over_policies_and_audit_mode_counts(tmp_path: Path) -> None:
+    entry = entry_for(tmp_path, policy("a", FILTER), policy("b", SCORE, mode="Audit"))
+    assert {k for k in entry if k.endswith("Verb")} == {"filterVerb", "prioritizeVerb"}
+
+
+def test_bind_only_on_request(tmp_path: Path) -> None:
+    assert "bindVerb" not in entry_for(tmp_path, policy("a", FILTER, SCORE, PREEMPT))
+    assert entry_for(tmp_path, policy("a", FILTER), extra=("--bind",))["bindVerb"] == "bind"
+
+
+def test_admission_only_needs_no_extender(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_policies(tmp_path, policy("a", ADMIT))
+    code, text = run("--policies", path)
+    assert code == EXIT_FAILED and text == ""
+    assert "nothing to call kpe for" in capsys.readouterr().err
+    entry = yaml.safe_load(run("--entry-only", "--policies", path, "--bind")[1])
+    assert {k for k in entry if k.endswith("Verb")} == {"bindVerb"}
+
+
+def test_defaults_and_options(tmp_path: Path) -> None:
+    entry = entry_for(tmp_path, policy("a", FILTER))
+    assert entry["weight"] == 1 and entry["nodeCacheCapable"] is True and entry["ignorable"] is False
+    assert entry["httpTimeout"] == "5s" and "tlsConfig" not in entry
+    entry = entry_for(tmp_path, policy("a", FILTER), extra=("--weight", "4", "--no-node-cache-capable", "--ignorable", "--insecure", "--url", "https://10.0.0.9:443/scheduler"))
+    assert entry["weight"] == 4 and entry["nodeCacheCapable"] is False and entry["ignorable"] is True
+    assert entry["tlsConfig"] == {"insecure": True} and entry["urlPrefix"] == "https://10.0.0.9:443/scheduler"
+
+
+# -- managedResources -------------------------------------------------------------------
+
+
+def test_managed_resources_when_every_extender_policy_names_resources(tmp_path: Path) -> None:
+    entry = entry_for(
+        tmp_path,
+        policy("gpu", FILTER, resources=["nvidia.com/gpu"]),
+        policy("fpga", SCORE, resources=["example.com/fpga", "nvidia.com/gpu"]),
+        # Admission runs outside the scheduler, so a catch-all admission policy changes nothing.
+        policy("gate", ADMIT),
+    )
+    assert entry["managedResources"] == [
+        {"name": "example.com/fpga", "ignoredByScheduler": False},
+        {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
+    ]
+
+
+def test_no_managed_resources_when_one_extender_policy_matches_every_pod(tmp_path: Path) -> None:
+    code, text = run("--entry-only", "--policies", write_policies(tmp_path, policy("gpu", FILTER, resources=["nvidia.com/gpu"]), policy("all", PREEMPT)))
+    assert code == EXIT_OK and "managedResources" not in yaml.safe_load(text)
+    assert "every pod is sent to kpe: policy all applies to pods without match.resources" in text
+
+
+def test_no_managed_resources_for_resources_the_scheduler_would_refuse(tmp_path: Path) -> None:
+    entry = entry_for(tmp_path, policy("cpu", FILTER, resources=["cpu", "nvidia.com/gpu"]))
+    assert "managedResources" not in entry
+
+
+def test_shipped_policies_send_every_pod() -> None:
+    assert "managedResources" not in generate("--entry-only")
+
+
+@pytest.mark.parametrize(
+    ("name", "extended"),
+    [
+        ("nvidia.com/gpu", True),
+        ("example.com/foo", True),
+        ("cpu", False),
+        ("hugepages-2Mi", False),
+        ("kubernetes.io/foo", False),
+        ("requests.example.com/foo", False),
+        ("example.com/", False),
+        ("a/b/c", False),
+    ],
+)
+def test_extended_resource_names(name: str, extended: bool) -> None:
+    assert is_extended_resource_name(name) is extended
+
+
+# -- API versions and output forms ------------------------------------------------------
+
+
+def test_api_version_default_v1_and_v1beta3_flag(tmp_path: Path) -> None:
+    path = write_policies(tmp_path, policy("a", FILTER))
+    v1 = generate("--policies", path)
+    beta = generate("--policies", path, "--api-version", "v1beta3")
+    assert v1["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert beta["apiVersion"] == "kubescheduler.config.k8s.io/v1beta3"
+    assert v1["extenders"] == beta["extenders"]
+    assert "clientConnection" not in generate("--policies", path, "--kubeconfig", "")
+
+
+def test_entry_only_is_the_entry_of_the_document(tmp_path: Path) -> None:
+    path = write_policies(tmp_path, policy("a", FILTER, SCORE))
+    assert generate("--policies", path, "--entry-only") == generate("--policies", path)["extenders"][0]
+
+
+def test_header_names_the_command_that_reproduces_the_output(tmp_path: Path) -> None:
+    path = write_policies(tmp_path, policy("a", FILTER))
+    code, text = run("--policies", path, "--weight", "2", "--bind", "--no-node-cache-capable")
+    assert code == EXIT_OK
+    command = text.splitlines()[0].removeprefix("# Generated by: kpe scheduler-config ").split()
+    assert run(*command) == (EXIT_OK, text)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--weight", "0"),
+        ("--insecure", "--ca-file", "/ca.crt"),
+        ("--cert-file", "/c.crt"),
+        ("--url", "http://kpe:80/scheduler", "--ca-file", "/ca.crt"),
+        ("--url", "kpe:443"),
+        ("--http-timeout", "5"),
+    ],
+)
+def test_usage_errors(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    code, text = run(*argv)
+    assert code == EXIT_USAGE and text == ""
+    assert capsys.readouterr().err.startswith("kpe scheduler-config: ")
+
+
+def test_policy_errors_go_to_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_policies(tmp_path, policy("a", "  filters:\n  - name: f\n    expression: 'nope('\n"))
+    code, text = run("--policies", path)
+    assert code == EXIT_FAILED and text == ""
+    assert "KPE300" in capsys.readouterr().err
