@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import cel
-from .evaluation import PolicyScope, current_time, matching_scopes, run_rule
+from .evaluation import PolicyScope, matching_scopes, request_inputs, run_rule
 from .policy import PolicySet
 
 
@@ -70,7 +70,7 @@ def admit(
 ) -> AdmissionResult:
     """Evaluate every matching admission rule for ``pod`` against a cluster view."""
     result = AdmissionResult(policy_set.generation)
-    fixed = {"pod": pod, "now": now if now is not None else current_time(), "nodes": list(nodes), "pods": list(pods)}
+    fixed = request_inputs(pod, now, nodes=list(nodes), pods=list(pods))
     for scope in matching_scopes(policy_set, pod, fixed):
         admission = scope.policy.admission
         if admission is None:

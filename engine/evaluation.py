@@ -26,6 +26,11 @@ def current_time() -> Any:
     return Timestamp(ns // 1_000_000_000, ns % 1_000_000_000)
 
 
+def request_inputs(pod: Mapping[str, Any], now: Any, **extra: Any) -> dict[str, Any]:
+    """The pod-level inputs of one request; ``now`` defaults to the wall clock."""
+    return {"pod": pod, "now": now if now is not None else current_time(), **extra}
+
+
 @dataclass
 class Outcome:
     """One rule evaluated once: its value or error, how long it took, and what it did."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import cel
 from .cel.runtime import Unbound
-from .evaluation import Outcome, PolicyScope, current_time, matching_scopes, run_rule
+from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
 from .policy import FilterRule, PolicySet
 
 NO_NODE_INFO = Unbound("nodeInfo")
@@ -78,7 +78,7 @@ def filter_nodes(
     """Split ``nodes`` into passing, failed and unresolvable for ``pod``."""
     result = FilterResult(generation=policy_set.generation, explanation=[] if explain else None)
     match_log: list[Outcome] | None = [] if explain else None
-    scopes = matching_scopes(policy_set, pod, {"pod": pod, "now": now if now is not None else current_time()}, explain=match_log)
+    scopes = matching_scopes(policy_set, pod, request_inputs(pod, now), explain=match_log)
     result.matched = [s.policy.name for s in scopes]
     result.match_outcomes = match_log or []
     ordered: list[tuple[PolicyScope, FilterRule]] = []

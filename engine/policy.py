@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from . import cel
@@ -135,6 +136,7 @@ class PolicySet:
                 return p
         return None
 
-    @property
+    @cached_property
     def gates(self) -> dict[str, Policy]:
+        """Gate name -> the policy that owns it (computed once; the set never changes)."""
         return {p.admission.gate: p for p in self.policies if p.admission is not None}

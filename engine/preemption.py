@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import cel
-from .evaluation import current_time, matching_scopes, run_rule
+from .evaluation import matching_scopes, request_inputs, run_rule
 from .filtering import NO_NODE_INFO, RuleEvent
 from .policy import PolicySet
 
@@ -45,7 +45,7 @@ def preempt(
 ) -> PreemptionResult:
     """Keep the candidate nodes (and their victims) that every policy allows."""
     result = PreemptionResult(policy_set.generation)
-    scopes = [s for s in matching_scopes(policy_set, pod, {"pod": pod, "now": now if now is not None else current_time()}) if s.policy.preemption]
+    scopes = [s for s in matching_scopes(policy_set, pod, request_inputs(pod, now)) if s.policy.preemption]
     for name, victims in candidates.items():
         if not victims:
             result.rejected[name] = "no victims: preemption would not free anything on this node"

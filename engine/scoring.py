@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import cel
-from .evaluation import Outcome, current_time, matching_scopes, run_rule
+from .evaluation import Outcome, matching_scopes, request_inputs, run_rule
 from .filtering import NO_NODE_INFO, RuleEvent, node_name
 from .policy import PolicySet
 
@@ -88,7 +88,7 @@ def score_nodes(
     explain: bool = False,
 ) -> ScoreResult:
     result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
-    scopes = matching_scopes(policy_set, pod, {"pod": pod, "now": now if now is not None else current_time()})
+    scopes = matching_scopes(policy_set, pod, request_inputs(pod, now))
     result.matched = [s.policy.name for s in scopes]
     plan = [(scope, rule, *scope.caller(rule.expression)) for scope in scopes for rule in scope.policy.scores]
     counts = [0] * len(plan)

@@ -45,8 +45,6 @@ TYPE_IDENTS = {
 _ARITH = {"+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod"}
 _COMPARE = {"<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge"}
 _NUMERIC_TYPES = ("int", "uint", "double")
-# Functions the compiler implements itself; everything else comes from the library.
-_BOOL_RESULT = {"has", "all", "exists", "exists_one"}
 
 
 def python_name(name: str, index: int) -> str:
@@ -183,8 +181,6 @@ class CodeGenerator:
         v = node.value
         t = type(v)
         typ = {type(None): "null", bool: "bool", int: "int", UInt: "uint", float: "double", str: "string", bytes: "bytes"}[t]
-        if t is UInt:
-            return self.const(v), typ
         return self.const(v), typ
 
     def resolve(self, name: str) -> str | None:
