@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -118,17 +118,22 @@ def _floor(args: list[str], port: int) -> Iterator[None]:
 
 
 @contextmanager
-def kpe_server(kubeconfig: str | None) -> Iterator[str]:
+def kpe_server(api: Any, flags: list[str]) -> Iterator[str]:
     port = free_port()
+    kubeconfig = api.kubeconfig if api is not None else None
     args = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--policies", str(ROOT / "policies"), "--log-level", "warning"]
     args += ["--kubeconfig", kubeconfig, "--cluster", "on"] if kubeconfig else ["--cluster", "off"]
-    with process(args, f"http://127.0.0.1:{port}/readyz"):
+    with process(args + flags, f"http://127.0.0.1:{port}/readyz"):
         yield f"http://127.0.0.1:{port}"
 
 
-def measure(client: httpx.Client, url: str, filter_body: bytes, prioritize_body: bytes, requests: int) -> dict[str, list[float]]:
+Bodies = list[tuple[bytes, bytes]]
+
+
+def measure(client: httpx.Client, url: str, requests: list[tuple[bytes, bytes]], after: Callable[[int, httpx.Response], None] | None = None) -> dict[str, list[float]]:
+    """Time each filter and prioritize pair; ``after`` runs between pairs, untimed (the scheduler binding the pod)."""
     times: dict[str, list[float]] = {"filter": [], "prioritize": [], "both": []}
-    for i in range(requests + 3):
+    for i, (filter_body, prioritize_body) in enumerate(requests):
         start = time.perf_counter()
         r = client.post(url + "/scheduler/filter", content=filter_body, headers={"Content-Type": "application/json"})
         middle = time.perf_counter()
@@ -136,16 +141,32 @@ def measure(client: httpx.Client, url: str, filter_body: bytes, prioritize_body:
         p = client.post(url + "/scheduler/prioritize", content=prioritize_body, headers={"Content-Type": "application/json"})
         end = time.perf_counter()
         p.raise_for_status()
-        if i >= 3:  # warm-up
+        if i >= WARM_UP:
             times["filter"].append((middle - start) * 1000)
             times["prioritize"].append((end - middle) * 1000)
             times["both"].append((end - start) * 1000)
+        if after is not None:
+            after(i, p)
     return times
 
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+WARM_UP = 3
+
+
+def replicas(template: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """Pods of one ReplicaSet: the same template, each with its own name and uid."""
+    pods = []
+    for i in range(count):
+        pod = orjson.loads(orjson.dumps(template))
+        pod["metadata"]["name"] = f"{template['metadata']['name']}-{i:05d}"
+        pod["metadata"]["uid"] = f"00000000-0000-4000-8000-{i:012d}"
+        pods.append(pod)
+    return pods
 
 
 def bodies(pod: dict[str, Any], nodes: list[dict[str, Any]], names: bool) -> bytes:
@@ -160,10 +181,15 @@ def main() -> int:
     parser.add_argument("--modes", default="names,nodes", help="names (nodeCacheCapable) and/or nodes (whole nodes)")
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--workload", choices=("replicas", "same"), default="replicas",
+        help="replicas: a new pod of one template per pair, bound before the next (a Deployment rolling out); same: one pod over and over",
+    )
     args = parser.parse_args()
     requests = 10 if args.quick else args.requests
     pod = cluster.scheduling_pod(gpus=1)
-    print(f"{'nodes':>6} {'mode':>6} | {'server':>10} | {'filter p50':>10} {'p99':>8} | {'prio p50':>9} {'p99':>8} | {'both p50':>9} {'p99':>8} | kpe/floor (both p50)")
+    notes: list[str] = []
+    print(f"{'nodes':>6} {'mode':>6} | {'server':>12} | {'filter p50':>10} {'p99':>8} | {'prio p50':>9} {'p99':>8} | {'both p50':>9} {'p99':>8} | kpe/floor (both p50)")
     print("-" * 112)
     for count in (int(c) for c in args.nodes.split(",")):
         nodes = cluster.nodes(count)
@@ -178,28 +204,37 @@ def main() -> int:
         print(f"{count} nodes: {len(feasible)} pass the shipped filters and go to prioritize")
         for mode in args.modes.split(","):
             names = mode == "names"
-            body = bodies(pod, nodes, names)
-            prio_body = bodies(pod, feasible, names)
+            pods_sent = [pod] * (requests + WARM_UP) if args.workload == "same" else replicas(pod, requests + WARM_UP)
+            pairs = [(bodies(p, nodes, names), bodies(p, feasible, names)) for p in pods_sent]
             results: dict[str, dict[str, list[float]]] = {}
             with floor_server() as floor, httpx.Client(timeout=60) as client:
-                results["floor"] = measure(client, floor, body, prio_body, requests)
-            with cluster_for(nodes, pods, names) as kubeconfig, kpe_server(kubeconfig) as kpe, httpx.Client(timeout=60) as client:
-                results["kpe"] = measure(client, kpe, body, prio_body, requests)
-            for server in ("floor", "kpe"):
-                t = results[server]
-                ratio = pct(results["kpe"]["both"], 0.5) / pct(results["floor"]["both"], 0.5)
+                results["floor"] = measure(client, floor, pairs)
+            runs = [("kpe, eq. off", ["--equivalence-classes", "0"]), ("kpe", [])] if names else [("kpe", [])]
+            for label, flags in runs:
+                with cluster_for(nodes, pods, names) as api, kpe_server(api, flags) as kpe, httpx.Client(timeout=60) as client:
+                    results[label] = measure(client, kpe, pairs, binder(api, pods_sent) if api is not None and args.workload == "replicas" else None)
+                    if api is not None:
+                        stats = equivalence_stats(client.get(kpe + "/metrics").text)
+                        if stats:
+                            notes.append(f"{count} nodes, {label}: equivalence cache {stats}")
+            for server, t in results.items():
+                ratio = pct(t["both"], 0.5) / pct(results["floor"]["both"], 0.5)
                 print(
-                    f"{count:>6} {mode:>6} | {server:>10} | {pct(t['filter'], .5):>8.1f}ms {pct(t['filter'], .99):>6.1f}ms | "
+                    f"{count:>6} {mode:>6} | {server:>12} | {pct(t['filter'], .5):>8.1f}ms {pct(t['filter'], .99):>6.1f}ms | "
                     f"{pct(t['prioritize'], .5):>7.1f}ms {pct(t['prioritize'], .99):>6.1f}ms | {pct(t['both'], .5):>7.1f}ms {pct(t['both'], .99):>6.1f}ms | "
-                    + (f"{ratio:.2f}x" if server == "kpe" else "")
+                    + (f"{ratio:.2f}x" if server != "floor" else "")
                 )
-    print(f"\n{requests} filter+prioritize pairs per row, after 3 warm-up pairs; one request at a time, as the scheduler sends them")
+    print(f"\n{requests} filter+prioritize pairs per row, after {WARM_UP} warm-up pairs; one request at a time, as the scheduler sends them")
+    if args.workload == "replicas":
+        print("each pair is a new replica of one pod template; with node names, the fake API server binds it to the best-scored node before the next pair")
+    for note in notes:
+        print(note)
     return 0
 
 
 @contextmanager
-def cluster_for(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], names: bool) -> Iterator[str | None]:
-    """A fake API server holding the cluster, and a kubeconfig for it (node names only)."""
+def cluster_for(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], names: bool) -> Iterator[Any]:
+    """A fake API server holding the cluster, with a kubeconfig for it at ``.kubeconfig`` (node names only)."""
     if not names:
         yield None
         return
@@ -210,7 +245,33 @@ def cluster_for(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], names: 
             api.state.add_node(node)
         for pod in pods:
             api.state.add_pod(pod)
-        yield api.write_kubeconfig(Path(tmp) / "kubeconfig")
+        api.kubeconfig = api.write_kubeconfig(Path(tmp) / "kubeconfig")
+        yield api
+
+
+def binder(api: Any, pods: list[dict[str, Any]]) -> Callable[[int, httpx.Response], None]:
+    """Bind pod ``i`` to the node prioritize scored best, as the scheduler would; kpe's cache sees it through its watch."""
+
+    def bind(i: int, answer: httpx.Response) -> None:
+        ranked = answer.json()
+        best = max(ranked, key=lambda h: h["Score"])["Host"] if ranked else None
+        if best is not None:
+            api.state.add_pod({**pods[i], "spec": {**pods[i]["spec"], "nodeName": best}, "status": {"phase": "Running"}})
+
+    return bind
+
+
+def equivalence_stats(metrics: str) -> str:
+    counts: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith("kpe_equivalence_cache_nodes_total{"):
+            labels, _, value = line.partition("} ")
+            result = "hit" if 'result="hit"' in labels else "miss"
+            counts[result] = counts.get(result, 0.0) + float(value)
+    total = sum(counts.values())
+    if not total:
+        return ""
+    return f"{counts.get('hit', 0):,.0f} node results reused, {counts.get('miss', 0):,.0f} evaluated ({counts.get('hit', 0) / total:.1%} reused)"
 
 
 if __name__ == "__main__":

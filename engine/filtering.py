@@ -10,12 +10,14 @@ explained, and never change the verdict.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import compress
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import cel
 from .cel.runtime import Unbound
+from .equivalence import ClassMemo, EquivalenceCache, PolicyReads, Snapshot
 from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
 from .policy import FilterRule, PolicySet
 
@@ -56,6 +58,8 @@ class FilterResult:
     explanation: list[NodeVerdict] | None = None
     matched: list[str] = field(default_factory=list)
     match_outcomes: list[Outcome] = field(default_factory=list)
+    memo_hits: int = 0  # nodes answered from the equivalence cache
+    memo_misses: int = 0
 
 
 def node_name(node: Mapping[str, Any]) -> str:
@@ -74,8 +78,13 @@ def filter_nodes(
     node_info: Mapping[str, Any] | None = None,
     now: Any = None,
     explain: bool = False,
+    memo: EquivalenceCache | None = None,
 ) -> FilterResult:
-    """Split ``nodes`` into passing, failed and unresolvable for ``pod``."""
+    """Split ``nodes`` into passing, failed and unresolvable for ``pod``.
+
+    With ``memo``, per-node results of rules that do not read ``now`` are kept
+    for the pod's equivalence class and reused while the node and its
+    ``nodeInfo`` are the same objects (see ``engine.equivalence``)."""
     result = FilterResult(generation=policy_set.generation, explanation=[] if explain else None)
     match_log: list[Outcome] | None = [] if explain else None
     scopes = matching_scopes(policy_set, pod, request_inputs(pod, now), explain=match_log)
@@ -85,13 +94,14 @@ def filter_nodes(
     for unresolvable_first in (True, False):
         ordered += [(s, r) for s in scopes if s.policy.enforce for r in s.policy.filters if r.unresolvable == unresolvable_first]
     ordered += [(s, r) for s in scopes if not s.policy.enforce for r in s.policy.filters]
-    plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in ordered]
-    counts = [0] * len(plan)
-    if explain:
-        _explained(result, plan, counts, nodes, node_info)
+    counts = [0] * len(ordered)
+    table = None if explain or memo is None else memo.table(generation=policy_set.generation, verb="filter", scopes=scopes, pod=pod)
+    if table is not None and memo is not None:
+        _memoized(result, ordered, counts, nodes, node_info, table, lambda scope: memo.reads(scope.policy))
     else:
-        _fast(result, plan, counts, nodes, node_info)
-    result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule, *_), n in zip(plan, counts)]
+        plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in ordered]
+        (_explained if explain else _fast)(result, plan, counts, nodes, node_info)
+    result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule), n in zip(ordered, counts)]
     result.evaluations = sum(counts)
     return result
 
@@ -99,13 +109,13 @@ def filter_nodes(
 Plan = list[tuple[PolicyScope, FilterRule, int, Any, BaseException | None]]
 
 
-def _judge(scope: PolicyScope, rule: FilterRule, node: Any, info: Any, cache: dict[str, Any], value: Any, error: str | None, name: str, result: FilterResult) -> tuple[bool, str, str]:
-    """(rejected, message, effect) for one evaluation that did not simply pass."""
+def _judge(scope: PolicyScope, rule: FilterRule, node: Any, info: Any, cache: dict[str, Any], value: Any, error: str | None, name: str, errors: list[RuleEvent]) -> tuple[bool, str, str]:
+    """(rejected, message, effect) for one evaluation that did not simply pass; an error is added to ``errors``."""
     if error is None and value is not True and value is not False:
         error = f"filter must give a bool, got {cel.values.type_name(value)}"
     label = f"{scope.policy.name}/{rule.name}"
     if error is not None:
-        result.errors.append(RuleEvent(scope.policy.name, rule.name, name, error))
+        errors.append(RuleEvent(scope.policy.name, rule.name, name, error))
         rejected = scope.policy.fail_closed
         effect = "rejected (error, failurePolicy Fail)" if rejected else "ignored error (failurePolicy Ignore)"
         return rejected, f"{label}: evaluation error: {error}", effect
@@ -150,7 +160,7 @@ def _fast(result: FilterResult, plan: Plan, counts: list[int], nodes: Sequence[M
                     continue
             else:
                 value, error = _evaluate(scope, rule, arity, fn, bind_error, node, info, cache)
-            rejected, message, _ = _judge(scope, rule, node, info, cache, value, error, name, result)
+            rejected, message, _ = _judge(scope, rule, node, info, cache, value, error, name, result.errors)
             if rejected:
                 (unresolvable if rule.unresolvable else failed)[name] = message
                 break
@@ -167,9 +177,223 @@ def _fast(result: FilterResult, plan: Plan, counts: list[int], nodes: Sequence[M
                 value, error = _evaluate(scope, rule, arity, fn, bind_error, node, info, cache)
             if value is True:
                 continue
-            rejected, message, _ = _judge(scope, rule, node, info, cache, value, error, name, result)
+            rejected, message, _ = _judge(scope, rule, node, info, cache, value, error, name, result.errors)
             if rejected:
                 result.audit_rejections.append(RuleEvent(scope.policy.name, rule.name, name, message))
+
+
+NEVER = 1 << 30  # the position of the rejecting rule when no rule rejects
+PASS, FAIL, UNRESOLVABLE = 0, 1, 2
+Entry = tuple[int, PolicyScope, FilterRule, int, Any, BaseException | None]  # (position, scope, rule, arity, fn, bind error)
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """What a node's remembered rules decided, for one pod class.
+
+    ``verdict`` and ``reason`` are final unless ``timed`` lists rules that read
+    ``now`` and must run (those before ``position``, the first rejecting
+    remembered rule, or Audit ones; by position, since they are bound to each
+    request's ``now`` anew); ``events`` are the errors and Audit rejections to
+    replay, by position."""
+
+    verdict: int
+    reason: str
+    position: int
+    unresolvable: bool
+    timed: tuple[int, ...]
+    events: tuple[tuple[int, bool, RuleEvent], ...]
+    final_events: tuple[tuple[bool, RuleEvent], ...]
+
+
+@dataclass(slots=True)
+class FilterView:
+    """A class's filter answer derived from its remembered results, patched as nodes
+    change; nodes whose verdict needs rules that read ``now`` are left out."""
+
+    passing: list[bool]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    timed: set[int]  # positions whose rules that read now must run
+    eventful: set[int]  # positions with errors or Audit rejections to replay
+
+    @classmethod
+    def build(cls, names: list[str], results: list[Remembered]) -> FilterView:
+        view = cls([False] * len(names), {}, {}, set(), set())
+        for i, (name, r) in enumerate(zip(names, results)):
+            view.add(i, name, r)
+        return view
+
+    def patched(self, names: list[str], results: list[Remembered], previous: Snapshot, changed: list[int]) -> FilterView:
+        if any(previous.names[i] != names[i] for i in changed):
+            return FilterView.build(names, results)  # the node list moved: patching by name would be wrong
+        view = FilterView(self.passing.copy(), self.failed.copy(), self.unresolvable.copy(), set(self.timed), set(self.eventful))
+        for i in changed:
+            name = names[i]
+            view.passing[i] = False
+            view.failed.pop(name, None)
+            view.unresolvable.pop(name, None)
+            view.timed.discard(i)
+            view.eventful.discard(i)
+            view.add(i, name, results[i])
+        return view
+
+    def add(self, i: int, name: str, r: Remembered) -> None:
+        if r.timed:
+            self.timed.add(i)
+            return
+        if r.verdict == PASS:
+            self.passing[i] = True
+        elif r.verdict == FAIL:
+            self.failed[name] = r.reason
+        else:
+            self.unresolvable[name] = r.reason
+        if r.final_events:
+            self.eventful.add(i)
+
+
+def _memoized(
+    result: FilterResult,
+    ordered: list[tuple[PolicyScope, FilterRule]],
+    counts: list[int],
+    nodes: Sequence[Mapping[str, Any]],
+    node_info: Mapping[str, Any] | None,
+    memo: ClassMemo,
+    reads: Callable[[PolicyScope], PolicyReads],
+) -> None:
+    """The fast path's verdicts from remembered results. Rules that read ``now`` run
+    per request, in plan order around the remembered ones, so the first rejecting
+    rule and the errors counted before it are those a full evaluation finds; a
+    rule ``a || b(now)`` whose ``a`` holds for a node is remembered as passing.
+    Remembered rules are bound to the pod only when some node needs them."""
+    enforced = sum(1 for scope, _ in ordered if scope.policy.enforce)
+    timed = [reads(scope).timed(rule.expression, rule.message_expression) for scope, rule in ordered]
+    plan: list[Entry] | None = None
+    guards: dict[int, tuple[int, Any, BaseException | None]] = {}
+
+    def remember(node: Any, info: Any, name: str) -> Remembered:
+        nonlocal plan
+        if plan is None:
+            plan = [(i, scope, rule, *scope.caller(rule.expression)) for i, (scope, rule) in enumerate(ordered)]
+            for i, scope, rule, *_ in plan:
+                guard = reads(scope).guard(rule.expression) if timed[i] else None
+                if guard is not None:
+                    guards[i] = scope.caller(guard)
+        return _remember(plan, timed, guards, enforced, counts, node, info, name)
+
+    found = memo.lookup(nodes, node_info, NO_NODE_INFO, remember)
+    names, results, previous = found.names, found.results, found.previous
+    result.memo_hits += found.hits
+    result.memo_misses += len(names) - found.hits
+    if found.changed is None or previous is None or previous.derived is None:
+        view = FilterView.build(names, results)
+    elif not found.changed:
+        view = previous.derived
+    else:
+        view = previous.derived.patched(names, results, previous, found.changed)
+    assert memo.snapshot is not None
+    memo.snapshot.derived = view
+    passing = view.passing
+    result.failed.update(view.failed)
+    result.unresolvable.update(view.unresolvable)
+    if view.timed:
+        passing = passing.copy()
+        bound: dict[int, Entry] = {}
+        for i in sorted(view.timed):
+            name = names[i]
+            r = results[i]
+            for k in r.timed:
+                if k not in bound:
+                    scope, rule = ordered[k]
+                    bound[k] = (k, scope, rule, *scope.caller(rule.expression))
+            position, unresolvable_, reason = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, nodes[i], found.infos[i], name)
+            if position == NEVER:
+                passing[i] = True
+            else:
+                (result.unresolvable if unresolvable_ else result.failed)[name] = reason
+    result.passed.extend(compress(names, passing))
+    for i in sorted(view.eventful):
+        for audit, event in results[i].final_events:
+            (result.audit_rejections if audit else result.errors).append(event)
+
+
+def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts: list[int], enforced: int, node: Any, info: Any, name: str) -> tuple[int, bool, str]:
+    """Run a node's rules that read ``now`` around its remembered ones: (position, unresolvable, reason) of the first rejection."""
+    position, unresolvable_, reason = r.position, r.unresolvable, r.reason
+    cache: dict[str, Any] = {}
+    for i, scope, rule, arity, fn, bind_error in entries:
+        if i >= enforced or i > position:
+            break
+        counts[i] += 1
+        value, error = _evaluate(scope, rule, arity, fn, bind_error, node, info, cache)
+        if value is True:
+            continue
+        rejected, message, _ = _judge(scope, rule, node, info, cache, value, error, name, result.errors)
+        if rejected:
+            position, unresolvable_, reason = i, rule.unresolvable, message
+            break
+    for i, audit, event in r.events:
+        if audit:
+            result.audit_rejections.append(event)
+        elif i <= position or i >= enforced:
+            result.errors.append(event)
+    for i, scope, rule, arity, fn, bind_error in entries:
+        if i < enforced:
+            continue
+        counts[i] += 1
+        value, error = _evaluate(scope, rule, arity, fn, bind_error, node, info, cache)
+        if value is not True:
+            rejected, message, _ = _judge(scope, rule, node, info, cache, value, error, name, result.errors)
+            if rejected:
+                result.audit_rejections.append(RuleEvent(scope.policy.name, rule.name, name, message))
+    return position, unresolvable_, reason
+
+
+def _remember(
+    plan: list[Entry],
+    timed: list[bool],
+    guards: dict[int, tuple[int, Any, BaseException | None]],
+    enforced: int,
+    counts: list[int],
+    node: Any,
+    info: Any,
+    name: str,
+) -> Remembered:
+    """Run the rules that do not read ``now`` (Enforce ones up to the first that
+    rejects, Audit ones all) and the guards of those that do."""
+    cache: dict[str, Any] = {}
+    events: list[tuple[int, bool, RuleEvent]] = []
+    position, unresolvable_, reason = NEVER, False, ""
+    for i, scope, rule, arity, fn, bind_error in plan:
+        audit = i >= enforced
+        if timed[i] or (not audit and position != NEVER):
+            continue
+        counts[i] += 1
+        value, error = _evaluate(scope, rule, arity, fn, bind_error, node, info, cache)
+        if value is True:
+            continue
+        errors: list[RuleEvent] = []
+        rejected, message, _ = _judge(scope, rule, node, info, cache, value, error, name, errors)
+        events += [(i, False, e) for e in errors]
+        if rejected and audit:
+            events.append((i, True, RuleEvent(scope.policy.name, rule.name, name, message)))
+        elif rejected:
+            position, unresolvable_, reason = i, rule.unresolvable, message
+    pending: list[int] = []
+    for entry in plan:
+        i = entry[0]
+        if not timed[i] or (i < enforced and i > position):
+            continue
+        guard = guards.get(i)
+        if guard is not None:
+            arity, fn, bind_error = guard
+            value, _error = _evaluate(entry[1], entry[2], arity, fn, bind_error, node, info, cache)
+            if value is True:
+                continue  # true whatever the time
+        pending.append(i)
+    verdict = PASS if position == NEVER else (UNRESOLVABLE if unresolvable_ else FAIL)
+    final = tuple((audit, e) for i, audit, e in events if audit or i <= position or i >= enforced)
+    return Remembered(verdict, reason, position, unresolvable_, tuple(pending), tuple(events), final)
 
 
 def _explained(result: FilterResult, plan: Plan, counts: list[int], nodes: Sequence[Mapping[str, Any]], node_info: Mapping[str, Any] | None) -> None:
@@ -186,7 +410,7 @@ def _explained(result: FilterResult, plan: Plan, counts: list[int], nodes: Seque
             counts[i] += 1
             outcome = run_rule(scope, rule.expression, {"node": node, "nodeInfo": info}, cache, rule=rule.name, kind="filter", timed=True)
             outcomes.append(outcome)
-            rejected, message, effect = _judge(scope, rule, node, info, cache, outcome.value, outcome.error, name, result)
+            rejected, message, effect = _judge(scope, rule, node, info, cache, outcome.value, outcome.error, name, result.errors)
             if not scope.policy.enforce:
                 if rejected:
                     result.audit_rejections.append(RuleEvent(scope.policy.name, rule.name, name, message))

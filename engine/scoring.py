@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import cel
-from .evaluation import Outcome, matching_scopes, request_inputs, run_rule
+from .equivalence import EquivalenceCache
+from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
 from .filtering import NO_NODE_INFO, RuleEvent, node_name
-from .policy import PolicySet
+from .policy import PolicySet, ScoreRule
 
 MAX_EXTENDER_PRIORITY = 10
 RULE_MAX = 100
@@ -42,6 +43,7 @@ class NodeScore:
     score: int
     contributions: list[Contribution] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
+    errors: tuple[RuleEvent, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "score": self.score, "contributions": [c.to_dict() for c in self.contributions], "rules": [o.to_dict() for o in self.outcomes]}
@@ -56,6 +58,8 @@ class ScoreResult:
     rule_counts: list[tuple[str, str, int]] = field(default_factory=list)  # (policy, rule, evaluations)
     explanation: list[NodeScore] | None = None
     matched: list[str] = field(default_factory=list)
+    memo_hits: int = 0  # nodes answered from the equivalence cache
+    memo_misses: int = 0
 
 
 def to_rule_score(value: Any) -> float:
@@ -86,59 +90,98 @@ def score_nodes(
     node_info: Mapping[str, Any] | None = None,
     now: Any = None,
     explain: bool = False,
+    memo: EquivalenceCache | None = None,
 ) -> ScoreResult:
+    """Score ``nodes`` for ``pod``. With ``memo`` (and no score rule reading ``now``),
+    a node's score is reused for pods of the same equivalence class while the node
+    and its ``nodeInfo`` are the same objects (see ``engine.equivalence``)."""
     result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
     scopes = matching_scopes(policy_set, pod, request_inputs(pod, now))
     result.matched = [s.policy.name for s in scopes]
-    plan = [(scope, rule, *scope.caller(rule.expression)) for scope in scopes for rule in scope.policy.scores]
-    counts = [0] * len(plan)
-    for node in nodes:
-        name = node_name(node)
-        info = node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO
-        cache: dict[str, Any] = {}
-        weighted: list[tuple[int, float]] = []
-        contributions: list[Contribution] = []
-        outcomes: list[Outcome] = []
-        for i, (scope, rule, arity, fn, bind_error) in enumerate(plan):
-            counts[i] += 1
-            error: str | None = None
-            if explain:
-                outcome = run_rule(scope, rule.expression, {"node": node, "nodeInfo": info}, cache, rule=rule.name, kind="score", timed=True)
-                outcomes.append(outcome)
-                raw, error = outcome.value, outcome.error
-            else:
-                try:
-                    if bind_error is not None:
-                        raise bind_error
-                    if arity == 1:
-                        raw = fn(node)  # type: ignore[misc]
-                    elif arity == 2:
-                        raw = fn(node, info)  # type: ignore[misc]
-                    elif arity == 0:
-                        raw = fn()  # type: ignore[misc]
-                    else:
-                        raw = scope.evaluate(rule.expression, {"node": node, "nodeInfo": info}, cache)
-                except cel.EvalError as exc:
-                    error = exc.message
-            value: float | None = None
-            if error is None:
-                try:
-                    value = to_rule_score(raw)
-                except cel.EvalError as exc:
-                    error = exc.message
-            if error is not None:
-                result.errors.append(RuleEvent(scope.policy.name, rule.name, name, error))
-                value = 0.0 if scope.policy.fail_closed else None
-            audit = not scope.policy.enforce
-            if value is not None and not audit:
-                weighted.append((rule.weight, value))
-            if explain:
-                contributions.append(Contribution(scope.policy.name, rule.name, rule.weight, value, error, audit))
-                outcomes[-1].effect = "audit: not counted" if audit else ("left out (error, failurePolicy Ignore)" if value is None else f"scored {value:g} x{rule.weight}")
-        score = combine(weighted)
-        result.scores[name] = score
-        if result.explanation is not None:
-            result.explanation.append(NodeScore(name, score, contributions, outcomes))
-    result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule, *_), n in zip(plan, counts)]
+    rules = [(scope, rule) for scope in scopes for rule in scope.policy.scores]
+    counts = [0] * len(rules)
+    table = None
+    if memo is not None and not explain and not any(memo.reads(scope.policy).timed(rule.expression) for scope, rule in rules):
+        table = memo.table(generation=policy_set.generation, verb="score", scopes=scopes, pod=pod)
+    plan: list[Planned] | None = None  # bound to the pod when a node is not remembered
+
+    def scored(node: Any, info: Any, name: str) -> NodeScore:
+        nonlocal plan
+        if plan is None:
+            plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in rules]
+        return _score_node(plan, counts, node, info, name, explain=explain)
+
+    if table is not None:
+        found = table.lookup(nodes, node_info, NO_NODE_INFO, scored)
+        result.memo_hits, result.memo_misses = found.hits, len(found.names) - found.hits
+        previous = found.previous
+        if found.changed == [] and previous is not None and previous.derived is not None:
+            scores, eventful = previous.derived  # nothing changed: the same answer
+        else:
+            scores = {name: outcome.score for name, outcome in zip(found.names, found.results)}
+            eventful = [i for i, outcome in enumerate(found.results) if outcome.errors]
+        assert table.snapshot is not None
+        table.snapshot.derived = (scores, eventful)
+        result.scores.update(scores)
+        for i in eventful:
+            result.errors += found.results[i].errors
+    else:
+        for node in nodes:
+            name = node_name(node)
+            outcome = scored(node, node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO, name)
+            result.scores[name] = outcome.score
+            result.errors += outcome.errors
+            if result.explanation is not None:
+                result.explanation.append(outcome)
+    result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule), n in zip(rules, counts)]
     result.evaluations = sum(counts)
     return result
+
+
+Planned = tuple[PolicyScope, ScoreRule, int, Any, BaseException | None]
+
+
+def _score_node(plan: list[Planned], counts: list[int], node: Any, info: Any, name: str, *, explain: bool) -> NodeScore:
+    cache: dict[str, Any] = {}
+    weighted: list[tuple[int, float]] = []
+    errors: list[RuleEvent] = []
+    contributions: list[Contribution] = []
+    outcomes: list[Outcome] = []
+    for i, (scope, rule, arity, fn, bind_error) in enumerate(plan):
+        counts[i] += 1
+        error: str | None = None
+        raw: Any = None
+        if explain:
+            outcome = run_rule(scope, rule.expression, {"node": node, "nodeInfo": info}, cache, rule=rule.name, kind="score", timed=True)
+            outcomes.append(outcome)
+            raw, error = outcome.value, outcome.error
+        else:
+            try:
+                if bind_error is not None:
+                    raise bind_error
+                if arity == 1:
+                    raw = fn(node)
+                elif arity == 2:
+                    raw = fn(node, info)
+                elif arity == 0:
+                    raw = fn()
+                else:
+                    raw = scope.evaluate(rule.expression, {"node": node, "nodeInfo": info}, cache)
+            except cel.EvalError as exc:
+                error = exc.message
+        value: float | None = None
+        if error is None:
+            try:
+                value = to_rule_score(raw)
+            except cel.EvalError as exc:
+                error = exc.message
+        if error is not None:
+            errors.append(RuleEvent(scope.policy.name, rule.name, name, error))
+            value = 0.0 if scope.policy.fail_closed else None
+        audit = not scope.policy.enforce
+        if value is not None and not audit:
+            weighted.append((rule.weight, value))
+        if explain:
+            contributions.append(Contribution(scope.policy.name, rule.name, rule.weight, value, error, audit))
+            outcomes[-1].effect = "audit: not counted" if audit else ("left out (error, failurePolicy Ignore)" if value is None else f"scored {value:g} x{rule.weight}")
+    return NodeScore(name, combine(weighted), contributions, outcomes, tuple(errors))

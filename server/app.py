@@ -19,6 +19,8 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engine.equivalence import EquivalenceCache
+
 from . import introspection
 from .decisionlog import DecisionLog
 from .extender import VERBS, verb
@@ -98,7 +100,13 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
     store = store or PolicyStore(settings.policies)
     if not store.ready:
         store.load_initial()
-    state = ServerState(settings=settings, store=store, decisions=DecisionLog(settings.decision_log_size), client=client)
+    state = ServerState(
+        settings=settings,
+        store=store,
+        decisions=DecisionLog(settings.decision_log_size),
+        client=client,
+        equivalence=EquivalenceCache(classes=settings.equivalence_classes),
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

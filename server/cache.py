@@ -21,7 +21,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from engine.nodeinfo import NodeInfoAccumulator, is_active, pod_key
@@ -59,30 +59,6 @@ class _Informer:
         self.lists = 0
 
 
-class NodeInfoView(Mapping[str, dict[str, Any]]):
-    """``nodeInfo`` per node known to the cache, as a read-only mapping."""
-
-    def __init__(self, cache: ClusterCache) -> None:
-        self._cache = cache
-
-    def __getitem__(self, name: str) -> dict[str, Any]:
-        if name not in self._cache._nodes:
-            raise KeyError(name)
-        return self._cache._view(name)
-
-    def get(self, name: str, default: Any = None) -> Any:  # the hot path: one call per node per request
-        return self._cache._view(name) if name in self._cache._nodes else default
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._cache._nodes
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._cache._nodes))
-
-    def __len__(self) -> int:
-        return len(self._cache._nodes)
-
-
 class ClusterCache:
     def __init__(
         self,
@@ -102,16 +78,25 @@ class ClusterCache:
         self._pods: dict[str, Obj] = {}
         self._acc: dict[str, NodeInfoAccumulator] = {}
         self._placed: dict[str, str] = {}  # pod key -> the node whose accumulator holds it
+        # nodeInfo per known node, rebuilt for the nodes in _stale when read: a burst
+        # of pod events costs one rebuild per node, and readers get a plain dict.
         self._views: dict[str, dict[str, Any]] = {}
+        self._stale: set[str] = set()
         self._informers = {"node": _Informer("node", "/api/v1/nodes"), "pod": _Informer("pod", "/api/v1/pods")}
         self._subscribers: list[asyncio.Event] = []
         self.synced = asyncio.Event()
-        self.node_info = NodeInfoView(self)
 
     # --- reading -------------------------------------------------------------
 
     def node(self, name: str) -> Obj | None:
         return self._nodes.get(name)
+
+    def resolve(self, names: list[str]) -> tuple[list[Obj], list[str]]:
+        """The cached nodes for ``names`` (in order) and the names the cache does not know."""
+        found = list(map(self._nodes.get, names))
+        if None not in found:
+            return cast(list[Obj], found), []
+        return [n for n in found if n is not None], [name for name, n in zip(names, found) if n is None]
 
     def nodes(self) -> list[Obj]:
         return list(self._nodes.values())
@@ -150,13 +135,18 @@ class ClusterCache:
         with contextlib.suppress(ValueError):
             self._subscribers.remove(event)
 
-    def _view(self, name: str) -> dict[str, Any]:
-        view = self._views.get(name)
-        if view is None:
-            acc = self._acc.get(name)
-            view = acc.view() if acc is not None else {"pods": [], "podCount": 0, "requested": {}}
-            self._views[name] = view
-        return view
+    @property
+    def node_info(self) -> dict[str, dict[str, Any]]:
+        """``nodeInfo`` of every known node. Read-only for callers; a view object is
+        replaced, never changed, when its node's pods change, so identity tells
+        changed from unchanged (the equivalence cache relies on it)."""
+        if self._stale:
+            for name in self._stale:
+                if name in self._nodes:
+                    acc = self._acc.get(name)
+                    self._views[name] = acc.view() if acc is not None else {"pods": [], "podCount": 0, "requested": {}}
+            self._stale.clear()
+        return self._views
 
     # --- running -------------------------------------------------------------
 
@@ -282,6 +272,8 @@ class ClusterCache:
     def _upsert(self, kind: str, obj: Obj, event_type: str) -> None:
         key = self._key(kind, obj)
         if kind == "node":
+            if key not in self._nodes:
+                self._stale.add(key)
             self._nodes[key] = obj
         else:
             self._pods[key] = obj
@@ -292,6 +284,8 @@ class ClusterCache:
         key = self._key(kind, obj)
         if kind == "node":
             gone = self._nodes.pop(key, None)
+            self._views.pop(key, None)
+            self._stale.discard(key)
         else:
             gone = self._pods.pop(key, None)
             self._place(key, None)
@@ -310,11 +304,11 @@ class ClusterCache:
             acc.remove(key)
             if not acc.pods:
                 del self._acc[old]
-            self._views.pop(old, None)
+            self._stale.add(old)
         if target and pod is not None:
             self._acc.setdefault(target, NodeInfoAccumulator()).add(key, pod)
             self._placed[key] = target
-            self._views.pop(target, None)
+            self._stale.add(target)
         else:
             self._placed.pop(key, None)
 

@@ -121,14 +121,15 @@ async def handle_filter(request: Request, state: ServerState) -> Response:
             return json_response(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=NO_CLUSTER), headers=headers)
         nodes, failed = state.resolve_nodes(args.node_names or [], "filter")
     state.metrics.nodes_per_request.labels("filter").observe(len(nodes) + len(failed))
-    result = filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info())
+    # Only cached nodes can be remembered: they are the same objects until the cache replaces them.
+    memo = state.equivalence if args.nodes is None else None
+    result = filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo)
+    state.count_equivalence("filter", result.memo_hits, result.memo_misses)
     failed.update(result.failed)
     state.metrics.count_rules("filter", result.rule_counts, result.errors, result.audit_rejections)
-    for reason in list(result.failed.values()) + list(result.unresolvable.values()):
-        policy, _, rest = reason.partition("/")
-        state.metrics.rejections.labels(policy, rest.partition(":")[0]).inc()
-    passed = set(result.passed)
+    state.metrics.count_rejections(result.failed.values(), result.unresolvable.values())
     if args.nodes is not None:
+        passed = set(result.passed)
         answer = filter_result(
             nodes=[n for n in args.nodes if n["metadata"]["name"] in passed],
             node_names=None,
@@ -139,12 +140,12 @@ async def handle_filter(request: Request, state: ServerState) -> Response:
     else:
         answer = filter_result(
             nodes=None,
-            node_names=[n for n in args.node_names or [] if n in passed],
+            node_names=result.passed,  # the resolved names, in the scheduler's order
             list_meta={},
             failed=failed,
             unresolvable=result.unresolvable,
         )
-    state.record("filter", args.pod, policy_set.generation, passed=len(passed), failed=failed, unresolvable=result.unresolvable, policies=result.matched)
+    state.record("filter", args.pod, policy_set.generation, passed=len(result.passed), failed=failed, unresolvable=result.unresolvable, policies=result.matched)
     return json_response(answer, headers=headers)
 
 
@@ -161,7 +162,9 @@ async def handle_prioritize(request: Request, state: ServerState) -> Response:
         order = list(args.node_names or [])
         nodes, _unknown = state.resolve_nodes(order, "prioritize")
     state.metrics.nodes_per_request.labels("prioritize").observe(len(order))
-    result = score_nodes(policy_set, args.pod, nodes, node_info=state.node_info())
+    memo = state.equivalence if args.nodes is None else None
+    result = score_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo)
+    state.count_equivalence("prioritize", result.memo_hits, result.memo_misses)
     state.metrics.count_rules("score", result.rule_counts, result.errors, [])
     state.record("prioritize", args.pod, policy_set.generation, scores=result.scores, policies=result.matched)
     return json_response(host_priority_list(result.scores, order), headers=headers)

@@ -4,6 +4,7 @@ in one process (tests, replicas in a benchmark) do not share counters."""
 
 from __future__ import annotations
 
+from collections import Counter as Counter_
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -28,6 +29,9 @@ class Metrics:
         self.errors = Counter("kpe_rule_errors_total", "Rule evaluation errors per policy and rule", ["policy", "rule", "kind"], registry=r)
         self.audit = Counter(
             "kpe_audit_would_reject_total", "Audit-mode rules that would have rejected a node, gate or victim", ["policy", "rule", "kind"], registry=r
+        )
+        self.equivalence = Counter(
+            "kpe_equivalence_cache_nodes_total", "Nodes answered from the equivalence cache (hit) or evaluated (miss), per verb", ["verb", "result"], registry=r
         )
         self.rejections = Counter("kpe_node_rejections_total", "Nodes rejected per policy and rule", ["policy", "rule"], registry=r)
         self.reloads = Counter("kpe_policy_reloads_total", "Policy reloads by result (success, failure, unchanged)", ["result"], registry=r)
@@ -71,6 +75,18 @@ class Metrics:
             self.errors.labels(e.policy, e.rule, kind).inc()
         for e in audit:
             self.audit.labels(e.policy, e.rule, kind).inc()
+
+    def count_rejections(self, *reasons: Iterable[str]) -> None:
+        """Count ``policy/rule: message`` reasons per policy and rule, one metric update per rule."""
+        per_reason: Counter_[str] = Counter_()
+        for some in reasons:
+            per_reason.update(some)  # counted in C; most rules have one message, so few distinct reasons remain
+        per_rule: Counter_[str] = Counter_()
+        for reason, n in per_reason.items():
+            per_rule[reason.partition(":")[0]] += n
+        for label, n in per_rule.items():
+            policy, _, rule = label.partition("/")
+            self.rejections.labels(policy, rule).inc(n)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

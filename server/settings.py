@@ -47,6 +47,10 @@ class Settings:
     identity: str = field(default="", metadata={"help": "this replica's identity in the Lease (default: hostname, pid and a random suffix)"})
     gate_resync_s: float = field(default=30.0, metadata={"help": "re-evaluate every gated pod at least this often"})
     gate_debounce_ms: int = field(default=200, metadata={"help": "after a pod, node or policy change, wait this long for more before re-evaluating"})
+    equivalence_classes: int = field(
+        default=64,
+        metadata={"help": "pod equivalence classes whose per-node results kpe keeps for node-name requests (0 turns the equivalence cache off)"},
+    )
     relist_backoff_max_s: float = field(default=30.0, metadata={"help": "longest wait between retries when the API server fails"})
 
     @property
@@ -65,6 +69,8 @@ class Settings:
             problems.append(f"--webhook-on-error must be allow or deny, not {self.webhook_on_error!r}")
         if not self.prefix.startswith("/"):
             problems.append(f"--prefix must start with '/', not {self.prefix!r}")
+        if self.equivalence_classes < 0:
+            problems.append("--equivalence-classes must be 0 (off) or more")
         if self.max_body_bytes <= 0:
             problems.append("--max-body-bytes must be positive")
         return problems

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.equivalence import EquivalenceCache
+
 from .decisionlog import DecisionLog
 from .metrics import Metrics
 from .policystore import PolicyStore
@@ -30,6 +32,7 @@ class ServerState:
     cache: ClusterCache | None = None
     gates: GateController | None = None
     elector: Any = None  # LeaderElector when the gate controller runs
+    equivalence: EquivalenceCache = field(default_factory=EquivalenceCache)
 
     def node_info(self) -> Mapping[str, Any] | None:
         return self.cache.node_info if self.cache is not None else None
@@ -37,17 +40,17 @@ class ServerState:
     def resolve_nodes(self, names: list[str], verb: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Nodes for the names the scheduler sent; unknown names fail with a reason that says so."""
         assert self.cache is not None
-        nodes: list[dict[str, Any]] = []
-        unknown: dict[str, str] = {}
-        for name in names:
-            node = self.cache.node(name)
-            if node is None:
-                unknown[name] = f"kpe: node {name} is not in kpe's node cache (deleted, or not seen yet)"
-            else:
-                nodes.append(node)
+        nodes, missing = self.cache.resolve(names)
+        unknown = {name: f"kpe: node {name} is not in kpe's node cache (deleted, or not seen yet)" for name in missing}
         if unknown:
             self.metrics.unknown_nodes.labels(verb).inc(len(unknown))
         return nodes, unknown
+
+    def count_equivalence(self, verb: str, hits: int, misses: int) -> None:
+        if hits:
+            self.metrics.equivalence.labels(verb, "hit").inc(hits)
+        if misses:
+            self.metrics.equivalence.labels(verb, "miss").inc(misses)
 
     def record(self, verb: str, pod: Mapping[str, Any], generation: str, **details: Any) -> None:
         meta = pod.get("metadata") or {}

@@ -83,13 +83,15 @@ def decode_extender_args(body: Any, verb: str) -> ExtenderArgs:
         if not isinstance(items, list):
             raise WireError(f"Nodes.items must be an array, not {_kind(items)}")
         for i, node in enumerate(items):
-            if not isinstance(node, dict) or not isinstance((node.get("metadata") or {}).get("name"), str):
+            node_meta = node.get("metadata") if isinstance(node, dict) else None
+            if not isinstance(node_meta, dict) or not isinstance(node_meta.get("name"), str):
                 raise WireError(f"Nodes.items[{i}] must be a node object with metadata.name")
         nodes = items
         meta = node_list.get("metadata") if isinstance(node_list.get("metadata"), dict) else {}
     names = None
     if raw_names is not None:
-        if not isinstance(raw_names, list) or not all(isinstance(n, str) for n in raw_names):
+        # set(map(type, ...)) checks a 5,000-name list in C; a genexpr would cost more than the filter.
+        if not isinstance(raw_names, list) or not set(map(type, raw_names)) <= {str}:
             raise WireError("NodeNames must be an array of strings")
         names = raw_names
     if nodes is None and names is None:

@@ -1,0 +1,308 @@
+"""Equivalence classes: pods the policies cannot tell apart get the same answer
+on the same node, so per-node results are kept and reused.
+
+kube-scheduler places the replicas of a Deployment or Job one after another,
+and each asks kpe about every node again. Two pods are *equivalent* for a
+request when the same policies match them and every pod field their filter,
+score, variable and message expressions read is equal (``pod.metadata.name``
+counts only if a policy reads it). For one class, kpe keeps each node's result
+together with the node object and ``nodeInfo`` object it was computed from; the
+cluster cache replaces those objects whenever they change, so an identity check
+tells a current result from a stale one without hashing anything.
+
+Rules that read ``now`` are never remembered: they run on every request (the
+filter replays the remembered rules around them in the same order, so the
+verdict and reason are exactly those of a full evaluation). Results are kept
+for one policy-set generation only, for at most ``classes`` classes (least
+recently used go first).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from operator import and_, is_
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from . import cel
+from .cel import ast
+
+from .policy import Expression
+
+if TYPE_CHECKING:
+    from .evaluation import PolicyScope
+    from .policy import Policy
+
+Path = tuple[str, ...]
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The nodes of the class's last request and their results, position by
+    position, plus whatever the verb derived from them (``derived``)."""
+
+    names: list[str]
+    nodes: Sequence[Any]
+    infos: list[Any]
+    results: list[Any]
+    derived: Any = None
+
+
+@dataclass(slots=True)
+class Lookup:
+    names: list[str]
+    infos: list[Any]
+    results: list[Any]
+    hits: int
+    changed: list[int] | None  # positions whose result differs from ``previous``'s; None: no usable previous
+    previous: Snapshot | None
+
+
+class ClassMemo:
+    """Remembered per-node results of one pod class for one verb.
+
+    The scheduler sends the same node list for pod after pod, so the last
+    request's list is kept as a snapshot: comparing object identities position
+    by position (in C, through ``map``) finds the few nodes that changed, and
+    only those are looked up or computed again. A verb keeps what it derived
+    from the results (its answer) in the snapshot and patches it at the changed
+    positions, so an unchanged cluster costs no Python work per node.
+    """
+
+    __slots__ = ("by_name", "snapshot")
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, tuple[Any, Any, Any]] = {}  # node name -> (node object, nodeInfo object, result)
+        self.snapshot: Snapshot | None = None
+
+    def lookup(self, nodes: Sequence[Any], node_info: Mapping[str, Any] | None, missing: Any, compute: Callable[[Any, Any, str], Any]) -> Lookup:
+        """Each node's result, in order (``compute(node, info, name)`` for the ones not remembered)."""
+        previous = self.snapshot
+        changed: list[int] | None = None
+        if previous is not None and len(previous.nodes) == len(nodes):
+            same = list(map(is_, nodes, previous.nodes))
+            if all(same):
+                names = previous.names
+            else:
+                names = previous.names.copy()
+                for i in _falses(same):
+                    names[i] = _name(nodes[i])
+            infos = list(map(node_info.get, names, repeat(missing))) if node_info is not None else [missing] * len(names)
+            unchanged = list(map(and_, same, map(is_, infos, previous.infos)))
+            changed = _falses(unchanged)
+            results = previous.results.copy()
+            todo: Iterable[int] = changed
+            hits = len(nodes) - len(changed)
+        else:
+            names = node_names(nodes)
+            infos = list(map(node_info.get, names, repeat(missing))) if node_info is not None else [missing] * len(names)
+            results = [None] * len(names)
+            todo = range(len(names))
+            hits = 0
+        by_name = self.by_name
+        for i in todo:
+            name, node, info = names[i], nodes[i], infos[i]
+            entry = by_name.get(name)
+            if entry is not None and entry[0] is node and entry[1] is info:
+                results[i] = entry[2]
+                hits += 1
+            else:
+                results[i] = result = compute(node, info, name)
+                by_name[name] = (node, info, result)
+        self.snapshot = Snapshot(names, nodes, infos, results)
+        if len(by_name) > 2 * len(names) + 64:
+            # Deleted nodes would otherwise stay forever; keep the ones still asked about.
+            self.by_name = {name: by_name[name] for name in names if name in by_name}
+        return Lookup(names, infos, results, hits, changed, previous)
+
+
+def _falses(flags: list[bool]) -> list[int]:
+    """Positions of the False entries, found by ``list.index`` (a scan in C)."""
+    found: list[int] = []
+    start = 0
+    try:
+        while True:
+            start = flags.index(False, start)
+            found.append(start)
+            start += 1
+    except ValueError:
+        return found
+
+
+def node_names(nodes: Sequence[Any]) -> list[str]:
+    try:
+        return [node["metadata"]["name"] for node in nodes]
+    except (KeyError, TypeError):
+        return [_name(node) for node in nodes]
+
+
+def _name(node: Any) -> str:
+    meta = node.get("metadata") if isinstance(node, Mapping) else None
+    name = meta.get("name", "") if isinstance(meta, Mapping) else ""
+    return name if isinstance(name, str) else str(name)
+
+
+class EquivalenceCache:
+    """Per-node results for the most recently used pod classes of one generation."""
+
+    def __init__(self, *, classes: int = 64) -> None:
+        self.classes = classes
+        self._generation = ""
+        self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
+        self._reads: dict[str, PolicyReads] = {}
+        self._paths: dict[tuple[str, ...], tuple[Path, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    def table(self, *, generation: str, verb: str, scopes: Sequence[PolicyScope], pod: Mapping[str, Any]) -> ClassMemo | None:
+        """The remembered results of ``pod``'s class for ``verb``, or None when the
+        pod's fields cannot be fingerprinted (the caller then evaluates everything)."""
+        if self.classes <= 0:
+            return None
+        if generation != self._generation:
+            self._generation = generation
+            self._tables.clear()
+            self._reads.clear()
+            self._paths.clear()
+        names = tuple(s.policy.name for s in scopes)
+        paths = self._paths.get(names)
+        if paths is None:
+            read: set[Path] = set()
+            for scope in scopes:
+                read |= self.reads(scope.policy).pod_paths
+            paths = self._paths[names] = tuple(sorted(read))
+        fingerprint = pod_fingerprint(pod, paths)
+        if fingerprint is None:
+            return None
+        key = (verb, names, fingerprint)
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = ClassMemo()
+            while len(self._tables) > self.classes:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(key)
+        return table
+
+    def reads(self, policy: Policy) -> PolicyReads:
+        found = self._reads.get(policy.name)
+        if found is None:
+            found = self._reads[policy.name] = PolicyReads(policy)
+        return found
+
+
+class PolicyReads:
+    """What one policy's node-facing expressions read of the pod, and which of its rules read the clock."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        expressions: list[Expression] = [v.expression for v in policy.variables]
+        for rule in policy.filters:
+            expressions.append(rule.expression)
+            if rule.message_expression is not None:
+                expressions.append(rule.message_expression)
+        expressions += [rule.expression for rule in policy.scores]
+        self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root))
+        self._timed: dict[str, bool] = {}
+        self._guards: dict[str, Expression | None] = {}
+
+    def timed(self, *expressions: Expression | None) -> bool:
+        """Whether any of the expressions reads ``now``, directly or through a policy variable."""
+        return any(e is not None and self._reads_now(e) for e in expressions)
+
+    def _reads_now(self, expr: Expression) -> bool:
+        found = self._timed.get(expr.path)
+        if found is None:
+            self._timed[expr.path] = False  # variables cannot form cycles (the compiler checks), this only guards
+            found = "now" in ast.free_variables(expr.root) or any(self._reads_now(self.policy.variable(v).expression) for v in expr.variables)
+            self._timed[expr.path] = found
+        return found
+
+
+    def guard(self, expr: Expression) -> Expression | None:
+        """For a rule ``a || b(now) || ...``: the operands that do not read ``now``
+        (``a || ...``) as an expression of their own. When it is true for a node,
+        the rule is true whatever the time (CEL's ``||`` is true as soon as one
+        operand is, errors in the others notwithstanding), so the node's result
+        can be remembered. None when the rule has no such operand."""
+        if expr.path in self._guards:
+            return self._guards[expr.path]
+        guard = None
+        root = expr.root
+        if isinstance(root, ast.Logical) and root.op == "||":
+            timeless = tuple(op for op in root.operands if not self._operand_reads_now(op))
+            if timeless:
+                guard_root = timeless[0] if len(timeless) == 1 else ast.Logical("||", timeless, offset=root.offset)
+                program = cel.Program(expr.text, variables=expr.parameters, library=cel.default_library(), check=False, root=guard_root)
+                guard = Expression(
+                    text=expr.text,
+                    program=program,
+                    path=expr.path + " (the operands that do not read now)",
+                    location=expr.location,
+                    variables=expr.variables,
+                    parameters=expr.parameters,
+                    root=guard_root,
+                )
+        self._guards[expr.path] = guard
+        return guard
+
+    def _operand_reads_now(self, node: ast.Node) -> bool:
+        free = ast.free_variables(node)
+        if "now" in free:
+            return True
+        return "variables" in free and any(self._reads_now(self.policy.variable(v).expression) for v in _variables_read(node))
+
+
+def _variables_read(node: ast.Node) -> set[str]:
+    if isinstance(node, (ast.Select, ast.Has)) and isinstance(node.operand, ast.Ident) and node.operand.name == "variables":
+        return {node.field}
+    found: set[str] = set()
+    for child in ast.children(node):
+        found |= _variables_read(child)
+    return found
+
+
+def pod_paths(root: ast.Node) -> Iterable[Path]:
+    """Field paths below ``pod`` that an expression reads: ``pod.spec.?containers``
+    gives ``("spec", "containers")``; a use of ``pod`` itself gives ``()``."""
+    path = _chain(root)
+    if path is not None:
+        yield path
+        return
+    for child in ast.children(root):
+        yield from pod_paths(child)
+
+
+def _chain(node: ast.Node) -> Path | None:
+    match node:
+        case ast.Ident(name="pod"):
+            return ()
+        case ast.Select(operand=operand, field=name) | ast.Has(operand=operand, field=name):
+            head = _chain(operand)
+            return None if head is None else (*head, name)
+        case ast.Index(operand=operand, index=ast.Literal(value=str() as name)):
+            head = _chain(operand)
+            return None if head is None else (*head, name)
+    return None
+
+
+def pod_fingerprint(pod: Mapping[str, Any], paths: Sequence[Path]) -> bytes | None:
+    """The values at ``paths`` as canonical JSON (None if they are not plain JSON)."""
+    values: list[Any] = []
+    for i, path in enumerate(paths):
+        value: Any = pod
+        for name in path:
+            if not isinstance(value, Mapping) or name not in value:
+                break
+            value = value[name]
+        else:
+            values.append((i, value))
+    try:
+        return orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None

@@ -1,0 +1,333 @@
+"""The equivalence cache: remembered per-node results give exactly the answers a
+full evaluation gives, through pod, node, nodeInfo, clock and policy changes."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.cel.timestamps import Timestamp
+from engine.equivalence import EquivalenceCache, pod_paths
+from engine.filtering import FilterResult, filter_nodes
+from engine.loader import load, load_text
+from engine.nodeinfo import node_info_map
+from engine.policy import PolicySet
+from engine.scoring import score_nodes
+
+ROOT = Path(__file__).resolve().parent.parent
+HOUR = 3600
+
+# Rules with errors under both failure policies, Audit rules, a rule that reads
+# the clock with no clock-free operand, and one that reads the pod's name.
+EXTRA = """
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: zz-trial}
+spec:
+  mode: Audit
+  filters:
+  - name: odd-nodes
+    expression: "int(node.metadata.name.split('-')[2]) % 2 == 0"
+    message: would keep odd nodes off
+  - name: late
+    expression: "now < timestamp('2026-11-21T12:00:00Z')"
+    message: too late
+---
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: zz-fragile}
+spec:
+  failurePolicy: Ignore
+  filters:
+  - name: needs-rack
+    expression: "node.metadata.labels['rack'] != 'r0'"
+    message: rack r0 is full
+  scores:
+  - name: rack-number
+    expression: "int(node.metadata.labels['rack'].substring(1)) * 10"
+---
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: zz-named}
+spec:
+  match: {podSelector: {matchLabels: {replica-rules: "on"}}}
+  filters:
+  - name: named-after-node
+    expression: "!pod.metadata.name.endsWith('-7') || !node.metadata.name.startsWith('gpu')"
+    message: replica 7 stays off GPU nodes
+---
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: zz-weekday}
+spec:
+  match: {namespaces: [ml-train]}
+  filters:
+  - name: office-hours
+    expression: "now.getHours() >= 6 || node.metadata.?labels[?'shift'].orValue('') == 'night'"
+    message: "day nodes sleep before 06:00"
+"""
+
+
+def load_bench_cluster() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_cluster", ROOT / "bench" / "cluster.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cluster = load_bench_cluster()
+
+
+def policy_set(extra: str = EXTRA) -> PolicySet:
+    shipped = load([ROOT / "policies"])
+    added = load_text(extra, file="extra.yaml")
+    return PolicySet(shipped.policies + added.policies, shipped.generation + added.generation)
+
+
+def at(hour: float) -> Timestamp:
+    return Timestamp(1_795_219_200 + int(hour * HOUR), 0)  # 2026-11-21T00:00:00Z + hours
+
+
+def with_windows(nodes: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
+    """Maintenance windows around the test's clock, racks (some missing: errors) and shifts."""
+    for node in nodes:
+        meta = node["metadata"]
+        if rng.random() < 0.15:
+            start = rng.choice(["2026-11-21T03:00:00Z", "2026-11-21T09:00:00Z", "2026-11-21T20:00:00Z", "not a time"])
+            meta.setdefault("annotations", {})["kpe.dev/maintenance-window-start"] = start
+        if rng.random() < 0.9:
+            meta["labels"]["rack"] = f"r{rng.randrange(4)}"
+        if rng.random() < 0.3:
+            meta["labels"]["shift"] = "night"
+    return nodes
+
+
+def events(result: Any) -> list[tuple[str, str, str, str]]:
+    return sorted((e.policy, e.rule, e.node, e.message) for e in result.errors)
+
+
+def audits(result: FilterResult) -> list[tuple[str, str, str, str]]:
+    return sorted((e.policy, e.rule, e.node, e.message) for e in result.audit_rejections)
+
+
+def same_filter(policies: PolicySet, pod: dict[str, Any], nodes: list[dict[str, Any]], info: dict[str, Any], now: Timestamp, memo: EquivalenceCache) -> FilterResult:
+    remembered = filter_nodes(policies, pod, nodes, node_info=info, now=now, memo=memo)
+    full = filter_nodes(policies, pod, nodes, node_info=info, now=now)
+    assert remembered.passed == full.passed
+    assert remembered.failed == full.failed
+    assert remembered.unresolvable == full.unresolvable
+    assert events(remembered) == events(full)
+    assert audits(remembered) == audits(full)
+    return remembered
+
+
+def replicas(template: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for i in range(1_000):
+        pod = copy.deepcopy(template)
+        pod["metadata"]["name"] = f"trainer-{i}"
+        pod["metadata"]["uid"] = f"uid-trainer-{i}"
+        yield pod
+
+
+def test_remembered_answers_equal_full_evaluation_through_every_kind_of_change() -> None:
+    rng = random.Random(5)
+    policies = policy_set()
+    nodes = with_windows(cluster.nodes(120), rng)
+    pods = cluster.pods_on(nodes)
+    info = node_info_map(nodes, pods)
+    memo = EquivalenceCache(classes=4)
+    templates = [cluster.scheduling_pod(gpus=1), cluster.scheduling_pod(gpus=4)]
+    templates[1]["metadata"]["labels"]["team"] = "search"
+    streams = [replicas(t) for t in templates]
+    hour = 1.0
+    reused = 0
+    for step in range(150):
+        change = rng.choice(["node", "node-info", "clock", "order", "remove", "none", "none"])
+        if change == "node":
+            i = rng.randrange(len(nodes))
+            node = copy.deepcopy(nodes[i])
+            node["metadata"]["labels"]["kpe.dev/maintenance"] = rng.choice(["", "draining", "done"])
+            node["metadata"]["labels"]["rack"] = f"r{rng.randrange(4)}"
+            nodes = nodes[:i] + [node] + nodes[i + 1 :]
+        elif change == "node-info":
+            name = rng.choice(nodes)["metadata"]["name"]
+            pods = pods + [{"metadata": {"name": f"bound-{step}", "uid": f"bound-{step}"}, "spec": {"nodeName": name, "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "2", "cpu": "4"}}}]}}]
+            info = {**info, name: node_info_map([n for n in nodes if n["metadata"]["name"] == name], pods)[name]}
+        elif change == "clock":
+            hour = rng.choice([1.0, 5.5, 7.5, 8.0, 13.0, 19.0, 23.0])
+        elif change == "order":
+            nodes = nodes[1:] + nodes[:1]
+        elif change == "remove":
+            nodes = nodes[:-1]
+        pod = next(rng.choice(streams))
+        result = same_filter(policies, pod, nodes, info, at(hour), memo)
+        reused += result.memo_hits
+        scored = score_nodes(policies, pod, nodes, node_info=info, now=at(hour), memo=memo)
+        assert scored.scores == score_nodes(policies, pod, nodes, node_info=info, now=at(hour)).scores
+        assert events(scored) == events(score_nodes(policies, pod, nodes, node_info=info, now=at(hour)))
+    assert reused > 150 * 100 // 2, "most answers should come from the cache in this walk"
+
+
+def test_replicas_share_results_but_a_policy_reading_the_name_tells_one_apart() -> None:
+    policies = policy_set()
+    nodes = with_windows(cluster.nodes(40), random.Random(2))
+    info = node_info_map(nodes, [])
+    memo = EquivalenceCache()
+    template = cluster.scheduling_pod(gpus=1)
+    template["metadata"]["labels"]["replica-rules"] = "on"
+    stream = replicas(template)
+    first = same_filter(policies, next(stream), nodes, info, at(9), memo)
+    second = same_filter(policies, next(stream), nodes, info, at(9), memo)
+    assert (first.memo_hits, first.memo_misses) == (0, 40)
+    assert (second.memo_hits, second.memo_misses) == (0, 40), "every name is a class of its own"
+    plain = cluster.scheduling_pod(gpus=1)
+    for pod in replicas(plain):
+        if pod["metadata"]["name"] == "trainer-1":
+            break
+        same_filter(policies, pod, nodes, info, at(9), memo)
+    shared = same_filter(policies, pod, nodes, info, at(9), memo)
+    assert (shared.memo_hits, shared.memo_misses) == (40, 0), "without the name-reading policy, replicas share one class"
+    seventh = [next(stream) for _ in range(6)][-1]
+    assert seventh["metadata"]["name"].endswith("-7")
+    result = same_filter(policies, seventh, nodes, info, at(9), memo)
+    assert result.memo_hits == 0, "zz-named reads pod.metadata.name, so trainer-7 is a class of its own"
+    assert any("replica 7 stays off GPU nodes" in reason for reason in result.failed.values())
+
+
+def test_a_rule_that_reads_now_runs_on_every_request_unless_its_clock_free_part_holds() -> None:
+    policies = policy_set()
+    nodes = cluster.nodes(20)
+    for i, node in enumerate(nodes):
+        node["metadata"]["labels"]["rack"] = "r1"
+        if i < 5:
+            node["metadata"]["labels"]["shift"] = "night"
+    info = node_info_map(nodes, [])
+    memo = EquivalenceCache()
+    stream = replicas(cluster.scheduling_pod(gpus=1))
+    same_filter(policies, next(stream), nodes, info, at(3), memo)
+
+    def office_hours_runs(hour: float) -> int:
+        result = filter_nodes(policies, next(stream), nodes, node_info=info, now=at(hour), memo=memo)
+        return dict(((p, r), n) for p, r, n in result.rule_counts)[("zz-weekday", "office-hours")]
+
+    # Night-shift nodes pass whatever the hour: only the 15 day nodes (less those rejected earlier) run it.
+    day_nodes_reaching_it = office_hours_runs(3)
+    assert 0 < day_nodes_reaching_it <= 15
+    assert office_hours_runs(4) == day_nodes_reaching_it
+    night = same_filter(policies, next(stream), nodes, info, at(3), memo)
+    day = same_filter(policies, next(stream), nodes, info, at(9), memo)
+    assert any("day nodes sleep" in r for r in night.failed.values())
+    assert not any("day nodes sleep" in r for r in day.failed.values())
+
+
+def test_a_new_policy_generation_forgets_what_the_old_one_remembered() -> None:
+    nodes = cluster.nodes(10)
+    for node in nodes:
+        node["metadata"]["labels"]["rack"] = "r1"
+    info = node_info_map(nodes, [])
+    memo = EquivalenceCache()
+    pod = cluster.scheduling_pod(gpus=1)
+    old = policy_set()
+    assert filter_nodes(old, pod, nodes, node_info=info, memo=memo).passed != []
+    stricter = policy_set(EXTRA.replace("rack r0 is full", "rack r0 is closed").replace("!= 'r0'", "== 'nowhere'"))
+    assert stricter.generation != old.generation
+    result = filter_nodes(stricter, pod, nodes, node_info=info, memo=memo)
+    assert result.memo_hits == 0
+    assert result.passed == filter_nodes(stricter, pod, nodes, node_info=info).passed == []
+
+
+def test_the_cache_keeps_at_most_the_configured_number_of_classes() -> None:
+    policies = policy_set()
+    nodes = cluster.nodes(5)
+    memo = EquivalenceCache(classes=2)
+    for gpus in (1, 2, 3, 1):
+        filter_nodes(policies, cluster.scheduling_pod(gpus=gpus), nodes, memo=memo)
+    assert len(memo) == 2
+    again = filter_nodes(policies, cluster.scheduling_pod(gpus=1), nodes, memo=memo)
+    assert again.memo_hits == 5, "the class used last is still there"
+    evicted = filter_nodes(policies, cluster.scheduling_pod(gpus=2), nodes, memo=memo)
+    assert evicted.memo_hits == 0, "the least recently used class went first"
+    assert filter_nodes(policies, cluster.scheduling_pod(gpus=2), nodes, memo=EquivalenceCache(classes=0)).memo_misses == 0
+
+
+@pytest.mark.parametrize(
+    ("expression", "paths"),
+    [
+        ("pod.spec.containers.all(c, has(c.resources))", {("spec", "containers")}),
+        ("pod.metadata.?labels[?'team'].orValue('') == 'ml'", {("metadata", "labels", "team")}),
+        ("pod.metadata.labels[params.key] == 'x'", {("metadata", "labels")}),
+        ("size(pod.spec.containers[0].ports) > 0", {("spec", "containers")}),
+        ("has(pod.spec.priorityClassName)", {("spec", "priorityClassName")}),
+        ("[pod].size() == 1", {()}),
+        ("node.metadata.name == 'x'", set()),
+    ],
+)
+def test_the_fingerprint_covers_every_pod_field_an_expression_reads(expression: str, paths: set[tuple[str, ...]]) -> None:
+    from engine.cel.parser import parse
+
+    assert set(pod_paths(parse(expression))) == paths
+
+
+POOL_POLICY = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: pools}
+spec:
+  filters:
+  - name: ml-pool
+    expression: "node.metadata.?labels[?'pool'].orValue('') == 'ml' && nodeInfo.podCount < 2"
+    message: not an ml node with room
+"""
+
+
+def test_over_http_a_node_or_pod_change_reaches_the_next_answer_and_hits_are_counted(tmp_path: Path) -> None:
+    import time
+
+    import httpx
+
+    from server.app import create_app
+    from server.settings import Settings
+
+    from .fakeapi import FakeApiServer
+    from .serving import serve
+
+    def eventually(check: Any) -> None:
+        deadline = time.monotonic() + 10
+        while not check():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+
+    def pod(i: int) -> dict[str, Any]:
+        return {"metadata": {"name": f"web-{i}", "namespace": "apps", "uid": f"uid-web-{i}"}, "spec": {"containers": [{"name": "c"}]}}
+
+    (tmp_path / "pools.yaml").write_text(POOL_POLICY)
+    with FakeApiServer(bookmark_interval=0.2) as api:
+        api.state.add_node({"metadata": {"name": "node-a", "labels": {"pool": "ml"}}})
+        api.state.add_node({"metadata": {"name": "node-b", "labels": {"pool": "web"}}})
+        settings = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on")
+        with serve(create_app(settings)) as url:
+            eventually(lambda: httpx.get(url + "/readyz").status_code == 200)
+
+            def passing(i: int) -> list[str]:
+                answer = httpx.post(url + "/scheduler/filter", json={"Pod": pod(i), "NodeNames": ["node-a", "node-b"]}).json()
+                assert set(answer["NodeNames"]) | set(answer["FailedNodes"]) == {"node-a", "node-b"}
+                return list(answer["NodeNames"])
+
+            assert passing(1) == ["node-a"]
+            assert passing(2) == ["node-a"]
+            api.state.update("nodes", "node-b", merge={"metadata": {"labels": {"pool": "ml"}}})
+            eventually(lambda: httpx.get(url + "/apis/v1/nodes/node-b").json()["node"]["metadata"]["labels"]["pool"] == "ml")
+            assert passing(3) == ["node-a", "node-b"]
+            for i in (1, 2):
+                api.state.add_pod({**pod(100 + i), "spec": {"nodeName": "node-a", "containers": [{"name": "c"}]}, "status": {"phase": "Running"}})
+            eventually(lambda: httpx.get(url + "/apis/v1/nodes/node-a").json()["nodeInfo"]["podCount"] == 2)
+            assert passing(4) == ["node-b"]
+            counted = {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in httpx.get(url + "/metrics").text.splitlines() if line.startswith("kpe_equivalence_cache_nodes_total{")}
+            # 1: both evaluated; 2: both remembered; 3: node-b changed, node-a remembered; 4: node-a's nodeInfo changed.
+            assert counted == {'kpe_equivalence_cache_nodes_total{result="hit",verb="filter"}': 4.0, 'kpe_equivalence_cache_nodes_total{result="miss",verb="filter"}': 4.0}
