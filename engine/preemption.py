@@ -67,8 +67,9 @@ def preempt(
                 if error is None and not isinstance(outcome.value, bool):
                     error = f"preemption rule must give a bool, got {cel.values.type_name(outcome.value)}"
                 label = f"{scope.policy.name}/preemption.{what.split(' ')[0]}"
+                rule = what.split(" ")[0]  # "node" or "victim": one metric label per rule, not per pod
                 if error is not None:
-                    result.errors.append(RuleEvent(scope.policy.name, what, name, error))
+                    result.errors.append(RuleEvent(scope.policy.name, rule, name, f"{what}: {error}" if rule == "victim" else error))
                     denied = scope.policy.fail_closed
                     message = f"{label}: evaluation error: {error}"
                 else:
@@ -77,7 +78,7 @@ def preempt(
                 if not denied:
                     continue
                 if not scope.policy.enforce:
-                    result.audit_rejections.append(RuleEvent(scope.policy.name, what, name, message))
+                    result.audit_rejections.append(RuleEvent(scope.policy.name, rule, name, message))
                     continue
                 reason = message
                 break

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,7 +55,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     else:
         rows = [[p.name, p.mode, p.failure_policy, _kinds(p), p.file] for p in policy_set.policies]
         out.write(render_table(["POLICY", "MODE", "FAILURE", "DECISIONS", "FILE"], rows) + "\n")
-        out.write(f"{len(policy_set)} policies OK (generation {policy_set.generation}).\n")
+        noun = "policy" if len(policy_set) == 1 else "policies"
+        out.write(f"{len(policy_set)} {noun} OK (generation {policy_set.generation}).\n")
     return EXIT_OK
 
 
@@ -207,6 +209,11 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     except UsageError as exc:
         print(f"kpe {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # `kpe explain ... | head`: the reader has what it wanted. Point stdout at
+        # devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code
 
 

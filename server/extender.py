@@ -27,6 +27,7 @@ from .wire import (
     WireError,
     decode_binding_args,
     decode_extender_args,
+    decode_pod,
     decode_preemption_args,
     field_ci,
     filter_result,
@@ -226,9 +227,7 @@ async def handle_admit(request: Request, state: ServerState) -> Response:
     body = await read_json(request, state.settings.max_body_bytes)
     if not isinstance(body, dict):
         raise WireError("admit request body must be a JSON object with Pod")
-    pod = field_ci(body, "Pod")
-    if not isinstance(pod, dict):
-        raise WireError("Pod is missing" if pod is None else "Pod must be an object")
+    pod = decode_pod(body)
     nodes = state.cache.nodes() if state.cache is not None else []
     pods = state.cache.pods() if state.cache is not None else []
     result = admit(policy_set, pod, nodes=nodes, pods=pods)

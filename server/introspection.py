@@ -43,6 +43,9 @@ async def metrics(request: Request) -> Response:
     state.metrics.set_generation(current.generation, len(current))
     last = state.store.last
     state.metrics.load_errors.set(len(last.errors) if last and not last.ok else 0)
+    state.metrics.count_reloads(state.store.reloads)
+    if state.elector is not None:
+        state.metrics.leader.set(1 if state.elector.is_leader else 0)
     if state.cache is not None:
         for kind in ("node", "pod"):
             state.metrics.cache_lag.labels(kind).set(state.cache.lag_seconds(kind))

@@ -58,6 +58,7 @@ class Metrics:
         self.leader = Gauge("kpe_gate_controller_leader", "1 while this replica holds the gate controller Lease", registry=r)
         self.binds = Counter("kpe_binds_total", "Bindings created, by result", ["result"], registry=r)
         self._generation_label = ""
+        self._reloads_seen: dict[str, int] = {}
 
     def set_generation(self, generation: str, policies: int) -> None:
         if generation != self._generation_label:
@@ -75,6 +76,16 @@ class Metrics:
             self.errors.labels(e.policy, e.rule, kind).inc()
         for e in audit:
             self.audit.labels(e.policy, e.rule, kind).inc()
+
+    def count_reloads(self, totals: dict[str, int]) -> None:
+        """Bring the reload counter up to the store's totals (the store counts in its worker thread)."""
+        for result, total in totals.items():
+            seen = self._reloads_seen.get(result, 0)
+            if total > seen:
+                self.reloads.labels(result).inc(total - seen)
+            self._reloads_seen[result] = total
+            if not seen and not total:
+                self.reloads.labels(result)  # shown as 0 from the start, so rate() has a baseline
 
     def count_rejections(self, *reasons: Iterable[str]) -> None:
         """Count ``policy/rule: message`` reasons per policy and rule, one metric update per rule."""

@@ -48,6 +48,11 @@ def _body(body: Any, verb: str) -> dict[str, Any]:
     return body
 
 
+def decode_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Pod`` of a request body, checked to be an object with an object ``metadata``."""
+    return _pod(body)
+
+
 def _pod(body: Mapping[str, Any]) -> dict[str, Any]:
     pod = _object(field_ci(body, "Pod"), "Pod")
     assert pod is not None

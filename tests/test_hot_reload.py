@@ -72,6 +72,10 @@ def test_configmap_symlink_swap_reloads_and_a_broken_change_keeps_the_last_good_
         metrics = httpx.get(url + "/metrics").text
         assert "kpe_policy_load_errors 1.0" in metrics
         assert f'kpe_policy_generation_info{{generation="{gen2}"}} 1.0' in metrics
+        reloads = httpx.get(url + "/apis/v1/policies").json()["reloads"]
+        assert reloads["success"] >= 1 and reloads["failure"] >= 1
+        for result in ("success", "failure"):
+            assert f'kpe_policy_reloads_total{{result="{result}"}} {float(reloads[result])}' in metrics
 
 
 def test_a_swap_replaces_the_reference_and_leaves_the_old_set_untouched(tmp_path: Path) -> None:
