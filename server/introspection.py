@@ -124,7 +124,10 @@ async def explain_endpoint(request: Request) -> Response:
     else:
         nodes, unknown = state.resolve_nodes(args.node_names or [], "explain")
     pods = state.cache.pods() if state.cache is not None else []
-    report = explain(policy_set, args.pod, nodes, cluster_pods=pods, node_info=state.node_info())
+    # Without a cache, nodeInfo is unknown, as it is to the filter verb: an empty
+    # mapping says so (None would make explain count the pods it was given: none).
+    node_info = state.node_info() if state.cache is not None else {}
+    report = explain(policy_set, args.pod, nodes, cluster_pods=pods, node_info=node_info)
     data = report.to_dict()
     data["unknownNodes"] = unknown
     data["text"] = report.render()

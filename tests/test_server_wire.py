@@ -153,3 +153,13 @@ def test_explain_endpoint_returns_the_table_for_a_pod(kpe: str) -> None:
     verdicts = {n["node"]: n["verdict"] for n in report["nodes"]}
     assert verdicts == {"node-1": "pass", "node-2": "pass", "node-3": "unresolvable"}
     assert "web-off-gpu/no-gpu" in report["text"]
+
+
+def test_without_cluster_access_explain_and_filter_agree_on_rules_that_read_node_info() -> None:
+    request = json.loads((Path(__file__).resolve().parent.parent / "docs" / "examples" / "filter-request.json").read_text())
+    with serve(create_app(Settings(cluster="off"))) as url:  # the shipped policies
+        answer = httpx.post(url + "/scheduler/filter", json=request).json()
+        report = httpx.post(url + "/apis/v1/explain", json=request).json()
+    explained = {n["node"]: n["reason"] for n in report["nodes"] if n["verdict"] != "pass"}
+    assert explained == {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
+    assert any("no value for variable 'nodeInfo'" in reason for reason in explained.values())
