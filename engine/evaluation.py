@@ -43,6 +43,7 @@ class Outcome:
     elapsed_us: float = 0.0
     audit: bool = False
     effect: str = ""  # e.g. "rejected", "kept", "ignored error", "scored 80"
+    message: str = ""  # the rejection reason ("policy/rule: message") when the rule rejected, Audit rules included
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +55,7 @@ class Outcome:
             "elapsedMicroseconds": round(self.elapsed_us, 2),
             "audit": self.audit,
             "effect": self.effect,
+            "message": self.message,
         }
 
 

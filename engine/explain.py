@@ -97,7 +97,7 @@ def render_report(report: Report) -> str:
             f"{c['policy']}/{c['rule']}={'-' if c['score'] is None else format(c['score'], 'g')}x{c['weight']}" + (" (audit)" if c["audit"] else "") + (f" error: {c['error']}" if c["error"] else "")
             for c in node["contributions"]
         )
-        audit = [f"{r['policy']}/{r['rule']}: {r['effect']}" for r in node["rules"] if r["audit"] and "would have" in r["effect"]]
+        audit = [f"{r['message'] or r['policy'] + '/' + r['rule']} ({r['effect']})" for r in node["rules"] if r["audit"] and "would have" in r["effect"]]
         reason = node["reason"] + ("\n" + "\n".join(audit) if audit else "")
         rows.append([node["node"], node["verdict"].upper(), reason, contributions, "" if node["score"] is None else node["score"]])
     lines.append("")

@@ -411,6 +411,7 @@ def _explained(result: FilterResult, plan: Plan, counts: list[int], nodes: Seque
             outcome = run_rule(scope, rule.expression, {"node": node, "nodeInfo": info}, cache, rule=rule.name, kind="filter", timed=True)
             outcomes.append(outcome)
             rejected, message, effect = _judge(scope, rule, node, info, cache, outcome.value, outcome.error, name, result.errors)
+            outcome.message = message if rejected else ""
             if not scope.policy.enforce:
                 if rejected:
                     result.audit_rejections.append(RuleEvent(scope.policy.name, rule.name, name, message))

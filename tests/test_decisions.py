@@ -48,6 +48,8 @@ def test_explanation_records_value_error_time_and_audit_for_every_rule() -> None
     [outcome] = verdict.outcomes
     assert (outcome.policy, outcome.rule, outcome.value, outcome.audit) == ("trial", "never", False, True)
     assert outcome.effect == "audit: would have rejected"
+    assert outcome.message == result.audit_rejections[0].message and outcome.message.startswith("trial/never: ")
+    assert outcome.to_dict()["message"] == outcome.message
     assert outcome.elapsed_us > 0
     assert verdict.verdict == "pass"
     assert [e.node for e in result.audit_rejections] == ["n1"]
