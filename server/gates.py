@@ -3,11 +3,13 @@
 Only the leader (see ``leader``) runs it. It re-evaluates the pods holding
 kpe gates when pods or nodes change (debounced), when the policies are
 reloaded, and every ``resync`` seconds. A gate is removed with a
-conflict-safe JSONPatch: ``test`` the gates as read, then ``replace`` them
-without the lifted ones, so a concurrent change makes the patch fail (422)
-and the pod is re-read and decided again. Only gates of kpe's policies are
-ever removed; each removal records an Event on the pod naming the policy
-and how long the pod waited.
+conflict-safe JSONPatch: ``test`` the pod's uid and the gates as read, then
+``replace`` the gates without the lifted ones, so a concurrent change (or a
+new pod under the same name) makes the patch fail (422) and the pod is
+re-read and decided again. Only gates kpe's webhook added (recorded in the
+``kpe.dev/gates`` annotation) are ever removed, never another controller's
+or a user's, even one that bears a kpe policy's gate name; each removal
+records an Event on the pod naming the policy and how long the pod waited.
 """
 
 from __future__ import annotations
@@ -47,11 +49,12 @@ def gate_names(pod: dict[str, Any]) -> list[str]:
 GATES_ANNOTATION = "kpe.dev/gates"
 
 
-def kpe_gates(policy_set: PolicySet, pod: dict[str, Any]) -> set[str]:
-    """The gates kpe may lift on this pod: its policies' gates, and the ones the
-    webhook recorded adding (so a gate outlives a deleted policy only until the next pass)."""
+def kpe_gates(pod: dict[str, Any]) -> set[str]:
+    """The gates kpe may lift on this pod: the ones its webhook recorded adding.
+    A gate of the same name put there by anyone else is theirs to lift, and a
+    recorded gate whose policy is gone is lifted at the next pass."""
     recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(GATES_ANNOTATION, "")
-    return set(policy_set.gates) | {g for g in recorded.split(",") if g}
+    return {g for g in recorded.split(",") if g}
 
 
 def created_at(pod: dict[str, Any]) -> float:
@@ -75,7 +78,7 @@ class GateController:
     # -- decisions -------------------------------------------------------------
     def plan(self, policy_set: PolicySet, pod: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[list[str], dict[str, str]]:
         """(kpe gates to lift now, messages of the kpe gates that stay)."""
-        present = [g for g in gate_names(pod) if g in kpe_gates(policy_set, pod)]
+        present = [g for g in gate_names(pod) if g in kpe_gates(pod)]
         if not present:
             return [], {}
         decisions = {d.gate: d for d in admit(policy_set, pod, nodes=nodes, pods=pods).decisions if not d.audit}
@@ -102,7 +105,7 @@ class GateController:
         lifted = 0
         seen: set[str] = set()
         for pod in pods:
-            if (pod.get("spec") or {}).get("nodeName") or not any(g in kpe_gates(policy_set, pod) for g in gate_names(pod)):
+            if (pod.get("spec") or {}).get("nodeName") or not any(g in kpe_gates(pod) for g in gate_names(pod)):
                 continue
             meta = pod.get("metadata") or {}
             key = f"{meta.get('namespace', 'default')}/{meta.get('name')}"
@@ -129,7 +132,11 @@ class GateController:
         for _attempt in range(MAX_ATTEMPTS):
             current = (pod.get("spec") or {}).get("schedulingGates") or []
             remaining = [g for g in current if g.get("name") not in gates]
-            patch = [
+            uid = (pod.get("metadata") or {}).get("uid")
+            # The gates alone could match a pod recreated under the same name (a
+            # StatefulSet's), which was never decided: the uid must match too.
+            patch = [{"op": "test", "path": "/metadata/uid", "value": uid}] if uid else []
+            patch += [
                 {"op": "test", "path": "/spec/schedulingGates", "value": current},
                 {"op": "replace", "path": "/spec/schedulingGates", "value": remaining},
             ]

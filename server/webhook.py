@@ -32,8 +32,9 @@ GATES_ANNOTATION = "kpe.dev/gates"
 
 def gate_patch(pod: dict[str, Any], gates: list[str]) -> list[dict[str, Any]]:
     """JSONPatch adding ``gates`` that the pod does not have yet (so a replayed review
-    changes nothing), and recording them in the ``kpe.dev/gates`` annotation so the
-    controller knows which gates are kpe's even after a policy is deleted."""
+    changes nothing), and recording them in the ``kpe.dev/gates`` annotation: the
+    controller lifts only recorded gates, so a gate the pod came with stays its
+    owner's even when it bears a kpe policy's name."""
     spec = pod.get("spec") or {}
     existing = spec.get("schedulingGates")
     present = {g.get("name") for g in existing or [] if isinstance(g, dict)}

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .fakeapi import FakeApiServer
+from .fakeapi import ApiError, FakeApiServer, State
 from .serving import serve
 
 WIRE = Path("/work/shared/fixtures/kube-apiserver-wire")
@@ -402,6 +402,41 @@ def test_adding_a_scheduling_gate_after_creation_is_refused(api: FakeApiServer, 
     api.state.add_pod(pod("free"))
     r = jsonpatch(client, "free", [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": "x"}]}])
     assert r.status_code == 422 and "found new scheduling gate 'x'" in r.json()["message"]
+
+
+def test_a_test_helper_update_cannot_add_a_scheduling_gate_either(api: FakeApiServer) -> None:
+    api.state.add_pod(pod("gated", schedulingGates=[{"name": "a"}]))
+    with pytest.raises(ApiError, match="only deletion is allowed, but found new scheduling gate 'x'"):
+        api.state.update("pods", "gated", "demo", mutate=lambda p: p["spec"]["schedulingGates"].append({"name": "x"}))
+    assert api.state.update("pods", "gated", "demo", merge={"spec": {"schedulingGates": None}})["spec"].get("schedulingGates") is None
+
+
+def test_a_write_staged_before_a_patch_lands_first_so_the_patch_test_op_fails_with_the_captured_422(
+        api: FakeApiServer, client: httpx.Client) -> None:
+    api.state.add_pod(pod("gated", schedulingGates=[{"name": "a"}, {"name": "b"}]))
+    api.state.add_pod(pod("other"))
+    staged: list[State] = []
+
+    def drop_a(state: State) -> None:
+        staged.append(state)
+        state.update("pods", "gated", "demo", merge={"spec": {"schedulingGates": [{"name": "b"}]}})
+
+    def gates() -> Any:
+        return (api.state.get_pod("demo", "gated") or {})["spec"]["schedulingGates"]
+
+    api.state.before_next(drop_a, method="PATCH", path=f"{PODS_DEMO}/gated")
+    # Only the staged request's method and path set it off.
+    assert client.get(f"{PODS_DEMO}/gated").json()["spec"]["schedulingGates"] == [{"name": "a"}, {"name": "b"}]
+    assert jsonpatch(client, "other", [{"op": "replace", "path": "/spec/schedulerName", "value": "default-scheduler"}]).status_code == 200
+    stale: list[dict[str, Any]] = [{"op": "test", "path": "/spec/schedulingGates", "value": [{"name": "a"}, {"name": "b"}]},
+                                   {"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": "a"}]}]
+    r = jsonpatch(client, "gated", stale)
+    assert (r.status_code, r.json()) == (422, fixture("jsonpatch-test-failed.json"))
+    assert staged == [api.state] and gates() == [{"name": "b"}]
+    fresh: list[dict[str, Any]] = [{"op": "test", "path": "/spec/schedulingGates", "value": [{"name": "b"}]},
+                                   {"op": "replace", "path": "/spec/schedulingGates", "value": []}]
+    assert jsonpatch(client, "gated", fresh).status_code == 200
+    assert len(staged) == 1 and gates() == []
 
 
 def test_a_patch_that_changes_nothing_keeps_the_resource_version(api: FakeApiServer, client: httpx.Client) -> None:

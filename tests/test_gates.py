@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -14,7 +15,7 @@ from server.app import create_app
 from server.settings import Settings
 
 from .fakeapi import FakeApiServer
-from .serving import serve
+from .serving import ServerThread, serve
 
 POLICY = """apiVersion: kpe.dev/v1alpha1
 kind: SchedulingPolicy
@@ -76,3 +77,77 @@ def test_a_gated_pod_is_released_when_its_team_frees_quota(tmp_path: Path) -> No
             [lease] = api.state.leases
             assert lease["spec"]["holderIdentity"] and lease["spec"]["leaseDurationSeconds"] == 2
             assert 'kpe_gate_wait_seconds_count{policy="ml-quota"} 1.0' in httpx.get(url + "/metrics").text
+
+
+def gated(url: str) -> dict[str, Any]:
+    answer: dict[str, Any] = httpx.get(url + "/apis/v1/gated").json()
+    return answer
+
+
+def gates_of(api: FakeApiServer, name: str) -> list[str]:
+    found = api.state.get_pod("demo", name)
+    assert found is not None, f"pod {name} is gone"
+    return [g["name"] for g in found["spec"].get("schedulingGates") or []]
+
+
+def holder(api: FakeApiServer) -> str:
+    lease = api.state.get_lease("kpe-system", "kpe-gate-controller")
+    assert lease is not None
+    return str(lease["spec"]["holderIdentity"])
+
+
+def lifted(api: FakeApiServer) -> list[str]:
+    return sorted(e["involvedObject"]["name"] for e in api.state.events if e.get("reason") == "SchedulingGateLifted")
+
+
+def senders(api: FakeApiServer, path: str) -> set[str | None]:
+    return {r.headers.get("authorization") for r in api.state.requests_to("PATCH", path)}
+
+
+def test_two_replicas_share_one_lease_only_the_leader_patches_and_the_other_takes_over(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    with FakeApiServer(bookmark_interval=0.2) as api:
+        api.state.add_node({"metadata": {"name": "node-1"}, "status": {"allocatable": {"cpu": "4"}}})
+        api.state.add_pod(pod("running", node="node-1"))
+        replicas: dict[str, ServerThread] = {}
+        urls: dict[str, str] = {}
+        try:
+            for name in ("replica-a", "replica-b"):
+                # Each replica has its own credential, as pods with their own service-account
+                # tokens do: the fake's request log then tells whose requests are whose.
+                kubeconfig = api.write_kubeconfig(tmp_path / f"{name}.kubeconfig", token=name, require_token=False)
+                settings = Settings(policies=str(tmp_path / "policy.yaml"), kubeconfig=kubeconfig, cluster="on", identity=name,
+                                    lease_duration_s=2, gate_resync_s=1, gate_debounce_ms=50)
+                replicas[name] = ServerThread(create_app(settings))
+                urls[name] = replicas[name].start()
+            wait_for(lambda: any(gated(u)["leader"] for u in urls.values()))
+            leader = next(name for name, u in urls.items() if gated(u)["leader"])
+            follower = next(name for name in urls if name != leader)
+            assert gated(urls[follower])["leader"] is False and holder(api) == leader
+            # The webhook is served by the follower: admission does not need the Lease.
+            api.state.add_mutating_webhook("kpe", urls[follower] + "/admission/pods")
+
+            names = [f"waiting-{i}" for i in range(3)]
+            for name in names:
+                assert httpx.post(api.url + "/api/v1/namespaces/demo/pods", json=pod(name)).status_code == 201
+            wait_for(lambda: len(gated(urls[leader])["pods"]) == 3)
+            api.state.delete("pods", "running", "demo")
+            wait_for(lambda: len(lifted(api)) == 3)
+            assert lifted(api) == names and all(gates_of(api, n) == [] for n in names)
+            assert len(api.state.requests_to("PATCH", "/api/v1/namespaces/demo/pods/")) >= 3
+            assert senders(api, "/api/v1/namespaces/demo/pods/") == {f"Bearer {leader}"}
+            assert gated(urls[follower])["pods"] == []
+
+            stopped = time.monotonic()
+            replicas.pop(leader).stop()
+            wait_for(lambda: gated(urls[follower])["leader"] is True, timeout=5)
+            assert time.monotonic() - stopped < 2.0, "the follower waited longer than the lease lasts"
+            assert holder(api) == follower
+
+            assert httpx.post(api.url + "/api/v1/namespaces/demo/pods", json=pod("after-handover")).status_code == 201
+            wait_for(lambda: "after-handover" in lifted(api))
+            assert gates_of(api, "after-handover") == []
+            assert senders(api, "/api/v1/namespaces/demo/pods/after-handover") == {f"Bearer {follower}"}
+        finally:
+            for replica in replicas.values():
+                replica.stop()

@@ -25,6 +25,7 @@ and (optionally) a mutating admission webhook call on pod CREATE.
   (clean end, as timeoutSeconds), ``drop_watches()`` (broken connection);
 - faults: ``fail_next(n, status, method=, path=)``, ``refuse_binding(ns, name, message=None, times=1)``,
   ``token`` (require a bearer token);
+- races: ``before_next(change, method=, path=)`` (another client's write lands just before that request);
 - log: ``requests`` / ``requests_to(method, path_prefix)`` (method, path, query, headers, body, ``.json()``);
 - admission: ``add_mutating_webhook(name, url, verify=..., failure_policy="Fail")`` (each hook's ``reviews``).
 

@@ -88,6 +88,9 @@ class FakeApiApp:
             if fault is not None:
                 extra = {"retry-after": "1"} if fault.get("code") in (429, 503) else None
                 raise ApiError(fault, extra)
+            change = self.state.take_interlude(req.method, req.path)
+            if change is not None:
+                change(self.state)
             answer = await self._route(req, receive, send)
             if answer is None:  # streamed
                 return

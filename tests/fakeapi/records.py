@@ -58,6 +58,15 @@ class Fault:
 
 
 @dataclass
+class Interlude:
+    """Another client's write, staged to land just before a matching request is served."""
+
+    change: Callable[[Any], Any]  # called with the State
+    method: str | None
+    path: str | None
+
+
+@dataclass
 class MutatingWebhook:
     name: str
     url: str

@@ -74,10 +74,12 @@ class FakeApiServer:
         self.stop()
 
     def write_kubeconfig(self, path: str | os.PathLike[str], *, namespace: str = "default", token: str | None = None,
-                         ca_file: str | None = None) -> str:
+                         ca_file: str | None = None, require_token: bool = True) -> str:
         """Write a kubeconfig pointing at this server (for kr8s / kpe's --kubeconfig); returns its path.
-        With ``token`` the server also starts requiring "Authorization: Bearer <token>" (401 otherwise)."""
-        if token:
+        With ``token`` the server also starts requiring "Authorization: Bearer <token>" (401 otherwise), unless
+        ``require_token`` is False: then the token only tells clients apart in ``requests`` (as replicas that
+        each mount their own service-account token)."""
+        if token and require_token:
             self.state.token = token
         cluster = f"    server: {self.url}\n"
         if ca_file:

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from . import lists, validation
-from .records import Change, Fault, Key, MutatingWebhook, Request, go_bool, now_rfc3339
+from .records import Change, Fault, Interlude, Key, MutatingWebhook, Request, go_bool, now_rfc3339
 from .selectors import selector
 from .watch import Watcher, bookmark_line
 from .wire import (
     NODE_STATUS_ZERO, NODES, OPTIMISTIC_LOCK, PODS, Obj, Resource, already_exists, bad_request, canonical, conflict,
-    dumps, expired, generic, not_found, precondition_error, resource,
+    dumps, expired, generic, invalid_object, not_found, precondition_error, resource,
 )
 
 __all__ = ["State", "Change", "Request", "Watcher", "MutatingWebhook"]
@@ -51,6 +51,7 @@ class State:
         self._log: list[Change] = []
         self._watchers: set[Watcher] = set()
         self._faults: list[Fault] = []
+        self._interludes: list[Interlude] = []
         self._refusals: dict[Key, list[str]] = {}
 
     # ------------------------------------------------------------ versions
@@ -403,6 +404,20 @@ class State:
             self._faults = [f for f in self._faults if f.remaining > 0]
         return None
 
+    def before_next(self, change: Callable[[State], Any], *, method: str | None = None, path: str | None = None) -> None:
+        """Run ``change(state)`` once, just before the next request (optionally only those with this method / path
+        prefix) is served: another client's write landing between a controller's read and its write, on cue."""
+        with self.lock:
+            self._interludes.append(Interlude(change, method, path))
+
+    def take_interlude(self, method: str, path: str) -> Callable[[State], Any] | None:
+        with self.lock:
+            for i, staged in enumerate(self._interludes):
+                if (staged.method is None or staged.method == method) and (staged.path is None or path.startswith(staged.path)):
+                    del self._interludes[i]
+                    return staged.change
+        return None
+
     def record(self, req: Request) -> None:
         with self.lock:
             self.requests.append(req)
@@ -426,8 +441,9 @@ class State:
 
     def update(self, res: str, name: str, namespace: str = "", *, mutate: Callable[[Obj], Any] | None = None,
                merge: Obj | None = None) -> Obj:
-        """Change an object as another controller would (no validation): ``mutate(obj)`` edits a copy in
-        place, ``merge`` is a JSON merge patch. Bumps resourceVersion and emits MODIFIED if anything changed."""
+        """Change an object as another controller would (no validation, except that no client can add a
+        scheduling gate after creation): ``mutate(obj)`` edits a copy in place, ``merge`` is a JSON merge patch.
+        Bumps resourceVersion and emits MODIFIED if anything changed."""
         from .patch import apply_merge_patch
         r = resource(res)
         with self.lock:
@@ -438,6 +454,10 @@ class State:
             if mutate is not None:
                 mutate(new)
             new["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            if r is PODS:
+                errors = validation.scheduling_gate_errors(new, obj)
+                if errors:
+                    raise invalid_object(r, name, errors)
             return self.replace(r, new, namespace, validate=False)
 
     def delete(self, res: str, name: str, namespace: str = "", *, grace_seconds: int | None = None) -> Obj:

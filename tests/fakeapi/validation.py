@@ -155,15 +155,18 @@ def _gate_names(spec: Obj) -> list[str]:
     return [g.get("name") for g in spec.get("schedulingGates") or [] if isinstance(g, dict)]
 
 
+def scheduling_gate_errors(new: Obj, old: Obj) -> list[FieldError]:
+    """Scheduling gates can only be removed after creation (KEP-3521)."""
+    old_gates = set(_gate_names(old.get("spec") or {}))
+    return [FieldError(f"spec.schedulingGates[{i}].name", "Forbidden", f"only deletion is allowed, but found new scheduling gate '{gate}'")
+            for i, gate in enumerate(_gate_names(new.get("spec") or {})) if gate not in old_gates]
+
+
 def pod_update_errors(new: Obj, old: Obj) -> list[FieldError]:
     """ValidatePodUpdate, for the parts a scheduler extender can trip over."""
-    errs = meta_update_errors(new, old)
+    errs = meta_update_errors(new, old) + scheduling_gate_errors(new, old)
     ns, os_ = new.get("spec") or {}, old.get("spec") or {}
     old_gates = set(_gate_names(os_))
-    for i, gate in enumerate(_gate_names(ns)):
-        if gate not in old_gates:
-            errs.append(FieldError(f"spec.schedulingGates[{i}].name", "Forbidden",
-                                   f"only deletion is allowed, but found new scheduling gate '{gate}'"))
     for i, t in enumerate(os_.get("tolerations") or []):
         if t not in (ns.get("tolerations") or []):
             errs.append(FieldError("spec.tolerations", "Forbidden", "existing toleration can not be modified except its tolerationSeconds"))
