@@ -212,6 +212,10 @@ class GateController:
         reloaded = self.state.store.subscribe()
         while not stop.is_set():
             if not leading.is_set():
+                if self.held:
+                    # A follower holds nothing: the leader reports the gated pods.
+                    self.held = {}
+                    self._export_gauges(self.state.store.current)
                 await _first(stop, leading, timeout=1.0)
                 continue
             if not cache.synced.is_set():

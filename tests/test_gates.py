@@ -151,3 +151,30 @@ def test_two_replicas_share_one_lease_only_the_leader_patches_and_the_other_take
         finally:
             for replica in replicas.values():
                 replica.stop()
+
+
+def test_a_replica_that_loses_the_lease_stops_reporting_the_pods_it_held(tmp_path: Path) -> None:
+    from server.leader import micro_time
+
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    with FakeApiServer(bookmark_interval=0.2) as api:
+        api.state.add_node({"metadata": {"name": "node-1"}, "status": {"allocatable": {"cpu": "4"}}})
+        api.state.add_pod(pod("running", node="node-1"))
+        settings = Settings(policies=str(tmp_path / "policy.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
+                            cluster="on", lease_duration_s=2, gate_resync_s=1, gate_debounce_ms=50)
+        with serve(create_app(settings)) as url:
+            wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
+            api.state.add_mutating_webhook("kpe", url + "/admission/pods")
+            assert httpx.post(api.url + "/api/v1/namespaces/demo/pods", json=pod("waiting")).status_code == 201
+            wait_for(lambda: len(httpx.get(url + "/apis/v1/gated").json()["pods"]) == 1)
+            assert 'kpe_gated_pods{policy="ml-quota"} 1.0' in httpx.get(url + "/metrics").text
+
+            [lease] = api.state.leases
+            # Another replica took the Lease (say, after this one stalled past its lease).
+            api.state.update("leases", lease["metadata"]["name"], lease["metadata"]["namespace"],
+                             merge={"spec": {"holderIdentity": "someone-else", "renewTime": micro_time(), "leaseDurationSeconds": 60}})
+            wait_for(lambda: httpx.get(url + "/apis/v1/gated").json()["leader"] is False)
+            wait_for(lambda: httpx.get(url + "/apis/v1/gated").json()["pods"] == [])
+            metrics = httpx.get(url + "/metrics").text
+            assert 'kpe_gated_pods{policy="ml-quota"} 0.0' in metrics and "kpe_gate_controller_leader 0.0" in metrics
+            assert api.state.get_pod("demo", "waiting")["spec"]["schedulingGates"] == [{"name": "example.com/ml-quota"}]
