@@ -19,7 +19,7 @@ recently used go first).
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -40,6 +40,35 @@ if TYPE_CHECKING:
 Path = tuple[str, ...]
 
 
+class TrackedNodeInfo(dict[str, Any]):
+    """``nodeInfo`` per node name that also tells which nodes' entries were
+    replaced since a version, so the equivalence cache need not compare every
+    node's entry on every request. Whoever fills it calls ``replaced(name)``
+    after replacing or removing an entry."""
+
+    def __init__(self, *, history: int = 4096) -> None:
+        super().__init__()
+        self.version = 0
+        self._log: deque[tuple[int, str]] = deque(maxlen=history)
+
+    def replaced(self, name: str) -> None:
+        self.version += 1
+        self._log.append((self.version, name))
+
+    def changed_since(self, version: int) -> set[str] | None:
+        """Names whose entry changed after ``version``; None when that is too long ago to tell."""
+        if version == self.version:
+            return set()
+        if not self._log or self._log[0][0] > version + 1:
+            return None
+        names: set[str] = set()
+        for v, name in reversed(self._log):  # newest first: stop at the first entry already seen
+            if v <= version:
+                break
+            names.add(name)
+        return names
+
+
 @dataclass(slots=True)
 class Snapshot:
     """The nodes of the class's last request and their results, position by
@@ -50,6 +79,14 @@ class Snapshot:
     infos: list[Any]
     results: list[Any]
     derived: Any = None
+    info_version: int | None = None  # TrackedNodeInfo.version the infos were read at
+    info_map: Any = None  # the TrackedNodeInfo they were read from
+    positions: dict[str, int] | None = None  # name -> position, built when first needed
+
+    def position(self) -> dict[str, int]:
+        if self.positions is None:
+            self.positions = {name: i for i, name in enumerate(self.names)}
+        return self.positions
 
 
 @dataclass(slots=True)
@@ -73,27 +110,52 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("by_name", "snapshot")
+    __slots__ = ("by_name", "snapshot", "bound")
 
     def __init__(self) -> None:
         self.by_name: dict[str, tuple[Any, Any, Any]] = {}  # node name -> (node object, nodeInfo object, result)
         self.snapshot: Snapshot | None = None
+        # The verb's rules bound to the class's first pod: every pod of the class
+        # gives them the same values (rules that read now are bound per request).
+        self.bound: Any = None
 
     def lookup(self, nodes: Sequence[Any], node_info: Mapping[str, Any] | None, missing: Any, compute: Callable[[Any, Any, str], Any]) -> Lookup:
         """Each node's result, in order (``compute(node, info, name)`` for the ones not remembered)."""
         previous = self.snapshot
         changed: list[int] | None = None
+        version = node_info.version if isinstance(node_info, TrackedNodeInfo) else None
         if previous is not None and len(previous.nodes) == len(nodes):
             same = list(map(is_, nodes, previous.nodes))
-            if all(same):
-                names = previous.names
-            else:
-                names = previous.names.copy()
-                for i in _falses(same):
+            moved = _falses(same)
+            names = previous.names
+            if moved:
+                names = names.copy()
+                for i in moved:
                     names[i] = _name(nodes[i])
-            infos = list(map(node_info.get, names, repeat(missing))) if node_info is not None else [missing] * len(names)
-            unchanged = list(map(and_, same, map(is_, infos, previous.infos)))
-            changed = _falses(unchanged)
+            replaced = None
+            if (
+                isinstance(node_info, TrackedNodeInfo)
+                and previous.info_map is node_info
+                and previous.info_version is not None
+                and all(names[i] == previous.names[i] for i in moved)
+            ):
+                replaced = node_info.changed_since(previous.info_version)
+            if replaced is not None:
+                # Only the replaced entries and the changed nodes need a look.
+                assert node_info is not None
+                names = previous.names  # the same names, position by position
+                index = previous.position()
+                changed = sorted(set(moved) | {index[name] for name in replaced if name in index})
+                infos = previous.infos
+                if changed:
+                    infos = infos.copy()
+                    for i in changed:
+                        infos[i] = node_info.get(names[i], missing)
+                positions = previous.positions
+            else:
+                infos = list(map(node_info.get, names, repeat(missing))) if node_info is not None else [missing] * len(names)
+                changed = _falses(list(map(and_, same, map(is_, infos, previous.infos))))
+                positions = None
             results = previous.results.copy()
             todo: Iterable[int] = changed
             hits = len(nodes) - len(changed)
@@ -103,6 +165,7 @@ class ClassMemo:
             results = [None] * len(names)
             todo = range(len(names))
             hits = 0
+            positions = None
         by_name = self.by_name
         for i in todo:
             name, node, info = names[i], nodes[i], infos[i]
@@ -113,7 +176,7 @@ class ClassMemo:
             else:
                 results[i] = result = compute(node, info, name)
                 by_name[name] = (node, info, result)
-        self.snapshot = Snapshot(names, nodes, infos, results)
+        self.snapshot = Snapshot(names, nodes, infos, results, info_version=version, info_map=node_info if version is not None else None, positions=positions)
         if len(by_name) > 2 * len(names) + 64:
             # Deleted nodes would otherwise stay forever; keep the ones still asked about.
             self.by_name = {name: by_name[name] for name in names if name in by_name}

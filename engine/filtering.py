@@ -268,17 +268,17 @@ def _memoized(
     Remembered rules are bound to the pod only when some node needs them."""
     enforced = sum(1 for scope, _ in ordered if scope.policy.enforce)
     timed = [reads(scope).timed(rule.expression, rule.message_expression) for scope, rule in ordered]
-    plan: list[Entry] | None = None
-    guards: dict[int, tuple[int, Any, BaseException | None]] = {}
-
     def remember(node: Any, info: Any, name: str) -> Remembered:
-        nonlocal plan
-        if plan is None:
-            plan = [(i, scope, rule, *scope.caller(rule.expression)) for i, (scope, rule) in enumerate(ordered)]
+        if memo.bound is None:
+            # Rules that read now are left unbound here: _remember skips them.
+            plan = [(i, scope, rule, *((0, None, None) if timed[i] else scope.caller(rule.expression))) for i, (scope, rule) in enumerate(ordered)]
+            guards = {}
             for i, scope, rule, *_ in plan:
                 guard = reads(scope).guard(rule.expression) if timed[i] else None
                 if guard is not None:
                     guards[i] = scope.caller(guard)
+            memo.bound = (plan, guards)
+        plan, guards = memo.bound
         return _remember(plan, timed, guards, enforced, counts, node, info, name)
 
     found = memo.lookup(nodes, node_info, NO_NODE_INFO, remember)

@@ -108,7 +108,13 @@ def score_nodes(
     def scored(node: Any, info: Any, name: str) -> NodeScore:
         nonlocal plan
         if plan is None:
-            plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in rules]
+            # With the cache, the rules bound to the class's first pod serve the whole class.
+            if table is not None and table.bound is not None:
+                plan = table.bound
+            else:
+                plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in rules]
+                if table is not None:
+                    table.bound = plan
         return _score_node(plan, counts, node, info, name, explain=explain)
 
     if table is not None:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from engine.equivalence import TrackedNodeInfo
 from engine.nodeinfo import NodeInfoAccumulator, is_active, pod_key
 
 from .kube import ApiError, Expired, KubeClient, WatchError
@@ -80,7 +81,7 @@ class ClusterCache:
         self._placed: dict[str, str] = {}  # pod key -> the node whose accumulator holds it
         # nodeInfo per known node, rebuilt for the nodes in _stale when read: a burst
         # of pod events costs one rebuild per node, and readers get a plain dict.
-        self._views: dict[str, dict[str, Any]] = {}
+        self._views = TrackedNodeInfo()
         self._stale: set[str] = set()
         self._informers = {"node": _Informer("node", "/api/v1/nodes"), "pod": _Informer("pod", "/api/v1/pods")}
         self._subscribers: list[asyncio.Event] = []
@@ -136,15 +137,16 @@ class ClusterCache:
             self._subscribers.remove(event)
 
     @property
-    def node_info(self) -> dict[str, dict[str, Any]]:
+    def node_info(self) -> TrackedNodeInfo:
         """``nodeInfo`` of every known node. Read-only for callers; a view object is
-        replaced, never changed, when its node's pods change, so identity tells
-        changed from unchanged (the equivalence cache relies on it)."""
+        replaced, never changed, when its node's pods change, and the map logs
+        which were replaced (the equivalence cache relies on both)."""
         if self._stale:
             for name in self._stale:
                 if name in self._nodes:
                     acc = self._acc.get(name)
                     self._views[name] = acc.view() if acc is not None else {"pods": [], "podCount": 0, "requested": {}}
+                    self._views.replaced(name)
             self._stale.clear()
         return self._views
 
@@ -284,7 +286,8 @@ class ClusterCache:
         key = self._key(kind, obj)
         if kind == "node":
             gone = self._nodes.pop(key, None)
-            self._views.pop(key, None)
+            if self._views.pop(key, None) is not None:
+                self._views.replaced(key)
             self._stale.discard(key)
         else:
             gone = self._pods.pop(key, None)

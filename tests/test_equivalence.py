@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from engine.cel.timestamps import Timestamp
-from engine.equivalence import EquivalenceCache, pod_paths
+from engine.equivalence import EquivalenceCache, TrackedNodeInfo, pod_paths
 from engine.filtering import FilterResult, filter_nodes
 from engine.loader import load, load_text
 from engine.nodeinfo import node_info_map
@@ -136,12 +136,17 @@ def replicas(template: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield pod
 
 
-def test_remembered_answers_equal_full_evaluation_through_every_kind_of_change() -> None:
+@pytest.mark.parametrize("tracked", [False, True], ids=["plain-node-info", "tracked-node-info"])
+def test_remembered_answers_equal_full_evaluation_through_every_kind_of_change(tracked: bool) -> None:
     rng = random.Random(5)
     policies = policy_set()
     nodes = with_windows(cluster.nodes(120), rng)
     pods = cluster.pods_on(nodes)
-    info = node_info_map(nodes, pods)
+    info: dict[str, Any] = node_info_map(nodes, pods)
+    if tracked:
+        # As the server's cache keeps it: one map, entries replaced in place and logged.
+        info = TrackedNodeInfo(history=8)
+        info.update(node_info_map(nodes, pods))
     memo = EquivalenceCache(classes=4)
     templates = [cluster.scheduling_pod(gpus=1), cluster.scheduling_pod(gpus=4)]
     templates[1]["metadata"]["labels"]["team"] = "search"
@@ -159,7 +164,13 @@ def test_remembered_answers_equal_full_evaluation_through_every_kind_of_change()
         elif change == "node-info":
             name = rng.choice(nodes)["metadata"]["name"]
             pods = pods + [{"metadata": {"name": f"bound-{step}", "uid": f"bound-{step}"}, "spec": {"nodeName": name, "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "2", "cpu": "4"}}}]}}]
-            info = {**info, name: node_info_map([n for n in nodes if n["metadata"]["name"] == name], pods)[name]}
+            fresh = node_info_map([n for n in nodes if n["metadata"]["name"] == name], pods)[name]
+            if isinstance(info, TrackedNodeInfo):
+                for _ in range(rng.choice([1, 1, 9])):  # 9 overflows the log of 8: the cache must notice
+                    info[name] = fresh
+                    info.replaced(name)
+            else:
+                info = {**info, name: fresh}
         elif change == "clock":
             hour = rng.choice([1.0, 5.5, 7.5, 8.0, 13.0, 19.0, 23.0])
         elif change == "order":
