@@ -125,8 +125,9 @@ class ClassMemo:
         changed: list[int] | None = None
         version = node_info.version if isinstance(node_info, TrackedNodeInfo) else None
         if previous is not None and len(previous.nodes) == len(nodes):
-            same = list(map(is_, nodes, previous.nodes))
-            moved = _falses(same)
+            same_list = nodes is previous.nodes  # a caller that resolved the same names again
+            same = [True] * len(nodes) if same_list else list(map(is_, nodes, previous.nodes))
+            moved = [] if same_list else _falses(same)
             names = previous.names
             if moved:
                 names = names.copy()

@@ -10,7 +10,8 @@ explained, and never change the verdict.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,7 @@ class FilterResult:
     match_outcomes: list[Outcome] = field(default_factory=list)
     memo_hits: int = 0  # nodes answered from the equivalence cache
     memo_misses: int = 0
+    rejections: dict[str, int] = field(default_factory=dict)  # "policy/rule" -> nodes it failed (unresolvable included)
 
 
 def node_name(node: Mapping[str, Any]) -> str:
@@ -101,6 +103,7 @@ def filter_nodes(
     else:
         plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in ordered]
         (_explained if explain else _fast)(result, plan, counts, nodes, node_info)
+        result.rejections = _count_rules(result.failed.values(), result.unresolvable.values())
     result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule), n in zip(ordered, counts)]
     result.evaluations = sum(counts)
     return result
@@ -216,10 +219,11 @@ class FilterView:
     unresolvable: dict[str, str]
     timed: set[int]  # positions whose rules that read now must run
     eventful: set[int]  # positions with errors or Audit rejections to replay
+    rejections: dict[str, int]  # "policy/rule" -> nodes of ``failed`` and ``unresolvable`` it rejected
 
     @classmethod
     def build(cls, names: list[str], results: list[Remembered]) -> FilterView:
-        view = cls([False] * len(names), {}, {}, set(), set())
+        view = cls([False] * len(names), {}, {}, set(), set(), {})
         for i, (name, r) in enumerate(zip(names, results)):
             view.add(i, name, r)
         return view
@@ -227,9 +231,12 @@ class FilterView:
     def patched(self, names: list[str], results: list[Remembered], previous: Snapshot, changed: list[int]) -> FilterView:
         if any(previous.names[i] != names[i] for i in changed):
             return FilterView.build(names, results)  # the node list moved: patching by name would be wrong
-        view = FilterView(self.passing.copy(), self.failed.copy(), self.unresolvable.copy(), set(self.timed), set(self.eventful))
+        view = FilterView(self.passing.copy(), self.failed.copy(), self.unresolvable.copy(), set(self.timed), set(self.eventful), dict(self.rejections))
         for i in changed:
             name = names[i]
+            old = previous.results[i]
+            if not old.timed and old.verdict != PASS:
+                view.rejections[_rule_of(old.reason)] -= 1
             view.passing[i] = False
             view.failed.pop(name, None)
             view.unresolvable.pop(name, None)
@@ -244,10 +251,10 @@ class FilterView:
             return
         if r.verdict == PASS:
             self.passing[i] = True
-        elif r.verdict == FAIL:
-            self.failed[name] = r.reason
         else:
-            self.unresolvable[name] = r.reason
+            (self.failed if r.verdict == FAIL else self.unresolvable)[name] = r.reason
+            label = _rule_of(r.reason)
+            self.rejections[label] = self.rejections.get(label, 0) + 1
         if r.final_events:
             self.eventful.add(i)
 
@@ -296,6 +303,7 @@ def _memoized(
     passing = view.passing
     result.failed.update(view.failed)
     result.unresolvable.update(view.unresolvable)
+    result.rejections = {label: n for label, n in view.rejections.items() if n}
     if view.timed:
         passing = passing.copy()
         bound: dict[int, Entry] = {}
@@ -311,10 +319,28 @@ def _memoized(
                 passing[i] = True
             else:
                 (result.unresolvable if unresolvable_ else result.failed)[name] = reason
+                label = _rule_of(reason)
+                result.rejections[label] = result.rejections.get(label, 0) + 1
     result.passed.extend(compress(names, passing))
     for i in sorted(view.eventful):
         for audit, event in results[i].final_events:
             (result.audit_rejections if audit else result.errors).append(event)
+
+
+def _rule_of(reason: str) -> str:
+    """``policy/rule`` of a ``policy/rule: message`` reason."""
+    return reason.partition(":")[0]
+
+
+def _count_rules(*reasons: Iterable[str]) -> dict[str, int]:
+    per_reason: Counter[str] = Counter()
+    for some in reasons:
+        per_reason.update(some)  # counted in C; most rules have one message, so few distinct reasons remain
+    per_rule: dict[str, int] = {}
+    for reason, n in per_reason.items():
+        label = _rule_of(reason)
+        per_rule[label] = per_rule.get(label, 0) + n
+    return per_rule
 
 
 def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts: list[int], enforced: int, node: Any, info: Any, name: str) -> tuple[int, bool, str]:

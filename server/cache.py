@@ -82,6 +82,8 @@ class ClusterCache:
         # nodeInfo per known node, rebuilt for the nodes in _stale when read: a burst
         # of pod events costs one rebuild per node, and readers get a plain dict.
         self._views = TrackedNodeInfo()
+        self.node_version = 0  # moves on every node added, changed or deleted
+        self._resolved: dict[str, tuple[list[str], int, list[Obj], list[str]]] = {}
         self._stale: set[str] = set()
         self._informers = {"node": _Informer("node", "/api/v1/nodes"), "pod": _Informer("pod", "/api/v1/pods")}
         self._subscribers: list[asyncio.Event] = []
@@ -92,12 +94,24 @@ class ClusterCache:
     def node(self, name: str) -> Obj | None:
         return self._nodes.get(name)
 
-    def resolve(self, names: list[str]) -> tuple[list[Obj], list[str]]:
-        """The cached nodes for ``names`` (in order) and the names the cache does not know."""
+    def resolve(self, names: list[str], *, key: str = "") -> tuple[list[Obj], list[str]]:
+        """The cached nodes for ``names`` (in order) and the names the cache does not know.
+
+        The scheduler sends the same names pod after pod: when they equal the last
+        list resolved under ``key`` and no node changed since, the same node list
+        comes back (the same object, which lets the equivalence cache skip its
+        per-node comparison too). Callers must not change it."""
+        last = self._resolved.get(key)
+        if last is not None and last[1] == self.node_version and last[0] == names:
+            return last[2], list(last[3])
         found = list(map(self._nodes.get, names))
         if None not in found:
-            return cast(list[Obj], found), []
-        return [n for n in found if n is not None], [name for name, n in zip(names, found) if n is None]
+            nodes, missing = cast(list[Obj], found), []
+        else:
+            nodes, missing = [n for n in found if n is not None], [name for name, n in zip(names, found) if n is None]
+        if key:
+            self._resolved[key] = (names, self.node_version, nodes, missing)
+        return nodes, list(missing)
 
     def nodes(self) -> list[Obj]:
         return list(self._nodes.values())
@@ -277,6 +291,7 @@ class ClusterCache:
             if key not in self._nodes:
                 self._stale.add(key)
             self._nodes[key] = obj
+            self.node_version += 1
         else:
             self._pods[key] = obj
             self._place(key, obj)
@@ -286,6 +301,7 @@ class ClusterCache:
         key = self._key(kind, obj)
         if kind == "node":
             gone = self._nodes.pop(key, None)
+            self.node_version += 1
             if self._views.pop(key, None) is not None:
                 self._views.replaced(key)
             self._stale.discard(key)

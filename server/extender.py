@@ -126,9 +126,12 @@ async def handle_filter(request: Request, state: ServerState) -> Response:
     memo = state.equivalence if args.nodes is None else None
     result = filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo)
     state.count_equivalence("filter", result.memo_hits, result.memo_misses)
-    failed.update(result.failed)
+    if failed:
+        failed.update(result.failed)  # the names kpe does not know, then the rejected ones
+    else:
+        failed = result.failed
     state.metrics.count_rules("filter", result.rule_counts, result.errors, result.audit_rejections)
-    state.metrics.count_rejections(result.failed.values(), result.unresolvable.values())
+    state.metrics.count_rejections(result.rejections)
     if args.nodes is not None:
         passed = set(result.passed)
         answer = filter_result(

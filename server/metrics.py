@@ -4,7 +4,6 @@ in one process (tests, replicas in a benchmark) do not share counters."""
 
 from __future__ import annotations
 
-from collections import Counter as Counter_
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -87,14 +86,8 @@ class Metrics:
             if not seen and not total:
                 self.reloads.labels(result)  # shown as 0 from the start, so rate() has a baseline
 
-    def count_rejections(self, *reasons: Iterable[str]) -> None:
-        """Count ``policy/rule: message`` reasons per policy and rule, one metric update per rule."""
-        per_reason: Counter_[str] = Counter_()
-        for some in reasons:
-            per_reason.update(some)  # counted in C; most rules have one message, so few distinct reasons remain
-        per_rule: Counter_[str] = Counter_()
-        for reason, n in per_reason.items():
-            per_rule[reason.partition(":")[0]] += n
+    def count_rejections(self, per_rule: dict[str, int]) -> None:
+        """Count rejected nodes per ``policy/rule``, one metric update per rule."""
         for label, n in per_rule.items():
             policy, _, rule = label.partition("/")
             self.rejections.labels(policy, rule).inc(n)

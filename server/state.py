@@ -40,7 +40,7 @@ class ServerState:
     def resolve_nodes(self, names: list[str], verb: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Nodes for the names the scheduler sent; unknown names fail with a reason that says so."""
         assert self.cache is not None
-        nodes, missing = self.cache.resolve(names)
+        nodes, missing = self.cache.resolve(names, key=verb)
         unknown = {name: f"kpe: node {name} is not in kpe's node cache (deleted, or not seen yet)" for name in missing}
         if unknown:
             self.metrics.unknown_nodes.labels(verb).inc(len(unknown))

@@ -191,16 +191,17 @@ def filter_result(
     nodes: list[dict[str, Any]] | None,
     node_names: list[str] | None,
     list_meta: Mapping[str, Any],
-    failed: Mapping[str, str],
-    unresolvable: Mapping[str, str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
     error: str = "",
 ) -> dict[str, Any]:
-    """ExtenderFilterResult: the passing nodes in the form they came in."""
+    """ExtenderFilterResult: the passing nodes in the form they came in (the
+    mappings are serialized as given, not copied: thousands of entries)."""
     return {
         "Nodes": {"metadata": dict(list_meta), "items": nodes} if nodes is not None else None,
         "NodeNames": node_names,
-        "FailedNodes": dict(failed),
-        "FailedAndUnresolvableNodes": dict(unresolvable),
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
         "Error": error,
     }
 

@@ -125,6 +125,7 @@ def same_filter(policies: PolicySet, pod: dict[str, Any], nodes: list[dict[str, 
     assert remembered.unresolvable == full.unresolvable
     assert events(remembered) == events(full)
     assert audits(remembered) == audits(full)
+    assert remembered.rejections == full.rejections and sum(full.rejections.values()) == len(full.failed) + len(full.unresolvable)
     return remembered
 
 
