@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -78,22 +79,35 @@ def _decode(body: Any) -> dict[str, Any]:
 
 
 async def handle_admission(request: Request) -> Response:
+    """The webhook endpoint, counted and timed like the extender verbs (verb ``admission``)."""
     state: ServerState = request.app.state.kpe
+    start = time.perf_counter()
+    response = await _review(request, state)
+    state.metrics.requests.labels("admission", str(response.status_code)).inc()
+    state.metrics.latency.labels("admission").observe(time.perf_counter() - start)
+    return response
+
+
+async def _review(request: Request, state: ServerState) -> Response:
     try:
         review = _decode(await read_json(request, state.settings.max_body_bytes))
     except HTTPProblem as exc:
         state.metrics.admission_reviews.labels("invalid").inc()
         return json_response({"error": exc.message}, exc.status)
     uid = review["uid"]
-    kind = (review.get("kind") or {}).get("kind")
+    kind = review.get("kind")
     pod = review.get("object")
-    if review.get("operation") != "CREATE" or kind != "Pod" or not isinstance(pod, dict):
+    if review.get("operation") != "CREATE" or not isinstance(kind, dict) or kind.get("kind") != "Pod" or not isinstance(pod, dict):
         state.metrics.admission_reviews.labels("skipped").inc()
         return json_response(review_response(uid))
+    for part in ("metadata", "spec"):
+        if pod.get(part) is not None and not isinstance(pod[part], dict):
+            state.metrics.admission_reviews.labels("invalid").inc()
+            return json_response({"error": f"AdmissionReview.request.object.{part} must be an object"}, 400)
     if (pod.get("spec") or {}).get("nodeName"):
         state.metrics.admission_reviews.labels("skipped").inc()
         return json_response(review_response(uid))
-    if not pod.get("metadata", {}).get("namespace") and review.get("namespace"):
+    if not (pod.get("metadata") or {}).get("namespace") and review.get("namespace"):
         pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": review["namespace"]}}
     try:
         policy_set = state.store.current

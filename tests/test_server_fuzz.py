@@ -71,3 +71,31 @@ def test_random_bytes_get_a_4xx_with_a_message(kpe: str, verb: str, raw: bytes) 
 
 def test_the_worker_still_answers_after_the_fuzzing(kpe: str) -> None:
     assert httpx.get(kpe + "/healthz").text == "ok"
+
+
+review_request = st.fixed_dictionaries(
+    {"uid": st.just("f0e4c2b1")},
+    optional={
+        "kind": st.one_of(st.just({"group": "", "version": "v1", "kind": "Pod"}), json_values),
+        "operation": st.one_of(st.sampled_from(["CREATE", "UPDATE"]), json_values),
+        "namespace": json_values,
+        "object": st.one_of(k8s_object, json_values),
+    },
+)
+review = st.one_of(
+    st.fixed_dictionaries({"apiVersion": st.just("admission.k8s.io/v1"), "kind": st.just("AdmissionReview"), "request": review_request}),
+    st.fixed_dictionaries({"apiVersion": st.just("admission.k8s.io/v1"), "kind": st.just("AdmissionReview")}, optional={"request": json_values}),
+    json_values,
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(payload=review)
+def test_generated_admission_reviews_never_get_a_server_error(kpe: str, payload: Any) -> None:
+    response = httpx.post(f"{kpe}/admission/pods", content=json.dumps(payload))
+    assert response.status_code < 500, response.text
+    answer = response.json()
+    if response.status_code == 200:
+        assert answer["kind"] == "AdmissionReview" and answer["response"]["uid"] == payload["request"]["uid"]
+    else:
+        assert "error" in answer

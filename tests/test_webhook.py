@@ -136,3 +136,4 @@ def test_webhook_metrics_count_reviews_and_gates(webhook: tuple[str, ssl.SSLCont
     assert 'kpe_admission_reviews_total{result="gated"}' in text
     assert 'kpe_gates_added_total{policy="ml-quota"}' in text
     assert 'kpe_audit_would_reject_total{kind="admission",policy="trial",rule="admission"}' in text
+    assert 'kpe_requests_total{code="200",verb="admission"}' in text and 'kpe_request_duration_seconds_count{verb="admission"}' in text
