@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine.equivalence import EquivalenceCache
 
 from . import introspection
+from .certificate import ServingCertificate
 from .decisionlog import DecisionLog
 from .extender import VERBS, verb
 from .logs import request_id
@@ -106,12 +107,15 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         decisions=DecisionLog(settings.decision_log_size),
         client=client,
         equivalence=EquivalenceCache(classes=settings.equivalence_classes),
+        certificate=ServingCertificate(settings.tls_cert, settings.tls_key) if settings.tls else None,
     )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         stop = asyncio.Event()
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(store.watch(debounce_ms=settings.reload_debounce_ms, stop=stop), name="policy-watch")]
+        if state.certificate is not None and state.certificate.context is not None:
+            tasks.append(asyncio.create_task(state.certificate.watch(stop=stop, debounce_ms=settings.reload_debounce_ms), name="certificate-watch"))
         if state.client is None and connect:
             state.client = await connect_cluster(settings)
         if state.client is None:

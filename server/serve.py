@@ -9,10 +9,15 @@ from typing import Any
 from .settings import Settings, UsageError, add_arguments, load_settings
 
 
-def uvicorn_options(settings: Settings) -> dict[str, Any]:
+def uvicorn_options(settings: Settings, *, app: Any = None) -> dict[str, Any]:
+    """uvicorn's options for ``settings``; with ``app`` (from ``create_app``), its
+    serving certificate gets uvicorn's SSL context, to reload it when the files change."""
     options: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_config": None, "access_log": False}
     if settings.tls:
         options.update(ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key)
+        certificate = app.state.kpe.certificate if app is not None else None
+        if certificate is not None:
+            options.update(ssl_context_factory=certificate.context_factory)
         if settings.tls_client_ca:
             options.update(ssl_ca_certs=settings.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
     return options
@@ -39,7 +44,7 @@ def cmd_serve(args: argparse.Namespace, out: Any) -> int:
     except PolicyLoadError as exc:
         out.write(exc.render() + "\n\nkpe serve: the policies have errors; nothing to serve.\n")
         return 1
-    uvicorn.run(app, **uvicorn_options(settings))
+    uvicorn.run(app, **uvicorn_options(settings, app=app))
     return 0
 
 

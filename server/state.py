@@ -16,6 +16,7 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from .cache import ClusterCache
+    from .certificate import ServingCertificate
     from .gates import GateController
     from .kube import KubeClient
 
@@ -33,6 +34,7 @@ class ServerState:
     gates: GateController | None = None
     elector: Any = None  # LeaderElector when the gate controller runs
     equivalence: EquivalenceCache = field(default_factory=EquivalenceCache)
+    certificate: ServingCertificate | None = None  # with --tls-cert: reloaded when its files change
 
     def node_info(self) -> Mapping[str, Any] | None:
         return self.cache.node_info if self.cache is not None else None

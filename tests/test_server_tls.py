@@ -66,3 +66,55 @@ def test_client_certificates_are_required_when_a_client_ca_is_set(tmp_path: Path
 def test_half_a_tls_configuration_is_a_usage_error() -> None:
     assert Settings(policies=str(POLICIES), tls_cert="x").validate() == ["--tls-cert and --tls-key go together"]
     assert "--tls-client-ca needs --tls-cert and --tls-key" in Settings(policies=str(POLICIES), tls_client_ca="ca").validate()
+
+
+def served_certificate(url: str) -> str:
+    host, port = url.removeprefix("https://").split(":")
+    return ssl.get_server_certificate((host, int(port)))
+
+
+def publish_secret(mount: Path, version: int, cert: trustme.LeafCert) -> None:
+    """Write the pair as the kubelet updates a Secret mount: a new directory, then one symlink swap."""
+    data = mount / f"..{version}"
+    data.mkdir()
+    cert.private_key_pem.write_to_path(str(data / "tls.key"))
+    cert.cert_chain_pems[0].write_to_path(str(data / "tls.crt"))
+    (mount / "..data_tmp").symlink_to(data.name)
+    (mount / "..data_tmp").replace(mount / "..data")
+    for name in ("tls.crt", "tls.key"):
+        if not (mount / name).is_symlink():
+            (mount / name).symlink_to(f"..data/{name}")
+
+
+def test_a_renewed_certificate_is_served_without_a_restart_and_a_broken_one_is_not(tmp_path: Path) -> None:
+    import time
+
+    ca = trustme.CA()
+    mount = tmp_path / "tls"
+    mount.mkdir()
+    first, renewed = ca.issue_cert("127.0.0.1"), ca.issue_cert("127.0.0.1")
+    publish_secret(mount, 1, first)
+    settings = Settings(policies=str(POLICIES), cluster="off", tls_cert=str(mount / "tls.crt"), tls_key=str(mount / "tls.key"), reload_debounce_ms=50)
+    app = create_app(settings)
+    with serve(app, **{k: v for k, v in uvicorn_options(settings, app=app).items() if k.startswith("ssl")}) as url:
+        assert served_certificate(url) == first.cert_chain_pems[0].bytes().decode()
+        publish_secret(mount, 2, renewed)
+        deadline = time.monotonic() + 10
+        while served_certificate(url) != renewed.cert_chain_pems[0].bytes().decode():
+            assert time.monotonic() < deadline, "the renewed certificate was not picked up"
+            time.sleep(0.05)
+
+        # A key that does not match its certificate: the renewed pair stays in use.
+        broken = mount / "..3"
+        broken.mkdir()
+        first.cert_chain_pems[0].write_to_path(str(broken / "tls.crt"))
+        renewed.private_key_pem.write_to_path(str(broken / "tls.key"))
+        (mount / "..data_tmp").symlink_to(broken.name)
+        (mount / "..data_tmp").replace(mount / "..data")
+        reloads = app.state.kpe.certificate.reloads
+        time.sleep(0.5)
+        assert app.state.kpe.certificate.reloads == reloads
+        assert served_certificate(url) == renewed.cert_chain_pems[0].bytes().decode()
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        assert httpx.post(url + "/scheduler/filter", json=REQUEST, verify=context).status_code == 200
