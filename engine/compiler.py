@@ -138,7 +138,8 @@ class _PolicyCompiler:
             if isinstance(node, cel_ast.Select) and isinstance(node.operand, cel_ast.Ident) and node.operand.name == "variables":
                 variable = self.variables.get(node.field)
                 if variable is not None and variable.node_scoped:
-                    return variable.expression.root
+                    inlined: cel_ast.Node = variable.expression.root
+                    return inlined
             return None
 
         return cel_ast.substitute(root, replace)

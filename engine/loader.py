@@ -80,7 +80,7 @@ def compile_documents(docs: Iterable[Document]) -> tuple[list[Policy], list[Poli
         if data.get("kind") in OTHER_KINDS:
             continue
         meta = data.get("metadata")
-        name = meta.get("name") if isinstance(meta, dict) and isinstance(meta.get("name"), str) else ""
+        name = str(meta["name"]) if isinstance(meta, dict) and isinstance(meta.get("name"), str) else ""
         schema_errors = validate(doc, policy=name)
         if schema_errors:
             errors += schema_errors + _compile_despite_schema_errors(doc)

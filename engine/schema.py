@@ -21,7 +21,7 @@ def validator(name: str = POLICY_SCHEMA) -> jsonschema.protocols.Validator:
     schema = json.loads((SCHEMA_DIR / name).read_text())
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema)  # type: ignore[no-any-return]
+    return cls(schema)
 
 
 def validate(doc: Document, *, policy: str, schema: str = POLICY_SCHEMA) -> list[PolicyError]:
@@ -89,7 +89,7 @@ def _message(err: jsonschema.ValidationError) -> str:
         return f"must be of type {err.validator_value}, not {_json_type(err.instance)}"
     if v == "pattern":
         return f"{err.instance!r} does not match the required pattern {err.validator_value}"
-    return err.message
+    return str(err.message)
 
 
 def _json_type(value: Any) -> str:

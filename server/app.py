@@ -80,6 +80,7 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
     from .leader import LeaderElector, default_identity
 
     settings = state.settings
+    assert state.client is not None, "the gate controller runs only with cluster access"
     elector = LeaderElector(
         state.client,
         namespace=settings.lease_namespace,

@@ -197,13 +197,14 @@ async def handle_preempt(request: Request, state: ServerState) -> Response:
     result = preempt(policy_set, args.pod, candidates, nodes={k: v for k, v in nodes.items() if v is not None}, node_info=state.node_info())
     rejected.update(result.rejected)
     state.metrics.count_rules("preemption", [], result.errors, result.audit_rejections)
-    uids = {node: [str((v.get("metadata") or {}).get("uid", "")) for v in victims] for node, victims in result.candidates.items()}
+    kept = {node: [str((v.get("metadata") or {}).get("uid", "")) for v in victims] for node, victims in result.candidates.items()}
     if args.meta_victims is not None:
         # Answer only UIDs the scheduler sent, in its order.
-        uids = {node: [u for u in args.meta_victims.get(node, []) if u in set(ids)] for node, ids in uids.items()}
-    uids = {node: ids for node, ids in uids.items() if ids}
-    state.record("preempt", args.pod, policy_set.generation, candidates=sorted(uids), rejected=rejected)
-    return json_response(preemption_result(uids, args.pdb_violations), headers=headers)
+        sent = args.meta_victims
+        kept = {node: [u for u in sent.get(node, []) if u in set(ids)] for node, ids in kept.items()}
+    kept = {node: ids for node, ids in kept.items() if ids}
+    state.record("preempt", args.pod, policy_set.generation, candidates=sorted(kept), rejected=rejected)
+    return json_response(preemption_result(kept, args.pdb_violations), headers=headers)
 
 
 async def handle_bind(request: Request, state: ServerState) -> Response:

@@ -198,11 +198,11 @@ class GateController:
         counts: dict[str, int] = {p.name: 0 for p in policy_set.policies if p.admission is not None}
         for held in self.held.values():
             for gate in held.gates:
-                policy = policy_set.gates.get(gate)
-                if policy is not None:
-                    counts[policy.name] = counts.get(policy.name, 0) + 1
-        for policy, n in counts.items():
-            self.state.metrics.gated_pods.labels(policy).set(n)
+                owner = policy_set.gates.get(gate)
+                if owner is not None:
+                    counts[owner.name] = counts.get(owner.name, 0) + 1
+        for name, n in counts.items():
+            self.state.metrics.gated_pods.labels(name).set(n)
 
     # -- loop ------------------------------------------------------------------
     async def run(self, stop: asyncio.Event, leading: asyncio.Event) -> None:

@@ -42,6 +42,7 @@ def gate_patch(pod: dict[str, Any], gates: list[str]) -> list[dict[str, Any]]:
     missing = [g for g in dict.fromkeys(gates) if g not in present]
     if not missing:
         return []
+    patch: list[dict[str, Any]]
     if existing is None:
         patch = [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": g} for g in missing]}]
     else:

@@ -92,7 +92,8 @@ def decode_extender_args(body: Any, verb: str) -> ExtenderArgs:
             if not isinstance(node_meta, dict) or not isinstance(node_meta.get("name"), str):
                 raise WireError(f"Nodes.items[{i}] must be a node object with metadata.name")
         nodes = items
-        meta = node_list.get("metadata") if isinstance(node_list.get("metadata"), dict) else {}
+        list_meta = node_list.get("metadata")
+        meta = list_meta if isinstance(list_meta, dict) else {}
     names = None
     if raw_names is not None:
         # set(map(type, ...)) checks a 5,000-name list in C; a genexpr would cost more than the filter.

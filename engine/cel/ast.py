@@ -200,4 +200,4 @@ def substitute(node: Node, replace: "Callable[[Node], Node | None]") -> Node:
         else:
             continue
         changes[f.name] = new
-    return replace_fields(node, **changes) if changes else node
+    return replace_fields(node, **changes) if changes else node  # type: ignore[arg-type]

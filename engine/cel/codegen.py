@@ -21,7 +21,7 @@ from __future__ import annotations
 import keyword
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from . import ast
 from .errors import CompileError, EvalError
@@ -502,8 +502,8 @@ class CodeGenerator:
         if first is None:
             return None
         chain = [n for n, _ in steps[: first + 1]][::-1]
-        keys: list[ast.Node | str] = [n.field if isinstance(n, ast.Select) else n.index for n in chain]
-        return chain[0].operand, keys
+        keys: list[ast.Node | str] = [n.field if isinstance(n, ast.Select) else cast(ast.Index, n).index for n in chain]
+        return cast("ast.Select | ast.Index", chain[0]).operand, keys
 
     def method_call(self, node: ast.Call) -> tuple[str, str]:
         assert node.target is not None

@@ -8,6 +8,8 @@ down to member access.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import ast
 from .errors import CompileError
 from .lexer import INT64_MIN_MAGNITUDE, Token, tokenize
@@ -84,7 +86,7 @@ class _Parser:
 
     def logical(self, op: str) -> ast.Node:
         start = self.tok.offset
-        sub = (lambda: self.logical("&&")) if op == "||" else self.relation
+        sub: Callable[[], ast.Node] = (lambda: self.logical("&&")) if op == "||" else self.relation
         operands = [sub()]
         while self.accept(op):
             operands.append(sub())
@@ -123,10 +125,10 @@ class _Parser:
             ops = []
             while self.tok.kind == "!":
                 ops.append(self.next())
-            node = self.member()
+            negated = self.member()
             for op in reversed(ops):
-                node = ast.Unary("!", node, offset=op.offset)
-            return node
+                negated = ast.Unary("!", negated, offset=op.offset)
+            return negated
         if token.kind == "-":
             ops = []
             while self.tok.kind == "-":

@@ -85,7 +85,8 @@ class Program:
         values = prelude(*[fixed[n] for n in self._ordered(bound)])
         failed = frozenset(i for i, v in enumerate(values) if v is _FAILED)
         factory = self._variant(bound, failed, candidates)
-        return factory(*[fixed[n] for n in self._ordered(bound)], *[v for v in values if v is not _FAILED])
+        bound_fn: Callable[..., Any] = factory(*[fixed[n] for n in self._ordered(bound)], *[v for v in values if v is not _FAILED])
+        return bound_fn
 
     def _ordered(self, names: frozenset[str]) -> list[str]:
         return [n for n in self.variables if n in names]

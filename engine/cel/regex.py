@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Final
 
-import re2  # type: ignore[import-untyped]
+import re2
 
 from .errors import EvalError, no_such_overload
 

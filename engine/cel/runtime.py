@@ -3,6 +3,7 @@ optional support, and the conversion of Python exceptions to CEL errors."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import operators as ops
@@ -30,7 +31,7 @@ class Unbound:
         raise EvalError(f"no value for variable '{self.name}'" if self.name else "unbound variable")
 
     __getitem__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __add__ = __radd__ = _fail
-    __sub__ = __rsub__ = __contains__ = __len__ = __iter__ = __hash__ = _fail  # type: ignore[assignment]
+    __sub__ = __rsub__ = __contains__ = __len__ = __iter__ = __hash__ = _fail
 
 
 UNBOUND = Unbound()
@@ -149,7 +150,7 @@ def logical_fold(decisive: bool, thunks: tuple[Any, ...], op: str) -> bool:
             error = error or exc
             continue
         if value is decisive:
-            return decisive
+            return decisive  # type: ignore[no-any-return]  # the identity test above narrows it to Any
         if value is not (not decisive):
             error = error or no_such_overload(op, value)
     if error is not None:
@@ -177,7 +178,7 @@ def comprehension(kind: str, budget: list[int], exceeded: Any, rng: Any, pred: A
     budget[0] -= len(items)
     if budget[0] < 0:
         exceeded(kind)
-    call = (lambda f, item: f(*item)) if two else (lambda f, item: f(item))
+    call: Callable[[Any, Any], Any] = (lambda f, item: f(*item)) if two else (lambda f, item: f(item))
     if kind in ("all", "exists"):
         decisive = kind == "exists"
         return logical_fold(decisive, tuple((lambda item=item: call(pred, item)) for item in items), kind)

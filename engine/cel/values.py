@@ -35,7 +35,7 @@ class CelType:
         self.name = name
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is CelType and other.name == self.name  # type: ignore[attr-defined]
+        return type(other) is CelType and other.name == self.name
 
     def __hash__(self) -> int:
         return hash(("CelType", self.name))
@@ -56,11 +56,11 @@ class Optional:
     def __eq__(self, other: object) -> bool:
         if type(other) is not Optional:
             return False
-        if not self.present or not other.present:  # type: ignore[attr-defined]
-            return self.present == other.present  # type: ignore[attr-defined]
+        if not self.present or not other.present:
+            return self.present == other.present
         from .operators import equals
 
-        return equals(self.value, other.value)  # type: ignore[attr-defined]
+        return equals(self.value, other.value)
 
     def __hash__(self) -> int:
         return hash(("Optional", self.present))
