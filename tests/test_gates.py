@@ -5,7 +5,6 @@ policy admits the pod, and records an Event."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,68 +14,33 @@ from server.app import create_app
 from server.settings import Settings
 
 from .fakeapi import FakeApiServer
-from .serving import ServerThread, serve
+from .gatecluster import POLICY, cluster, manifest, wait_for
+from .serving import ServerThread
 
-POLICY = """apiVersion: kpe.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: ml-quota}
-spec:
-  match: {podSelector: {matchLabels: {team: ml}}}
-  admission:
-    gate: example.com/ml-quota
-    expression: "pods.filter(p, p.metadata.?labels[?'team'].orValue('') == 'ml' && p.spec.?nodeName.orValue('') != '').size() < 1"
-    messageExpression: "'team ml already runs ' + string(pods.filter(p, p.metadata.?labels[?'team'].orValue('') == 'ml' && p.spec.?nodeName.orValue('') != '').size()) + ' pod'"
-"""
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def pod(name: str, node: str = "") -> dict[str, object]:
-    spec: dict[str, object] = {"containers": [{"name": "c", "image": "trainer"}]}
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "demo", "labels": {"team": "ml"}}, "spec": spec}
+def pod(name: str, node: str = "") -> dict[str, Any]:
+    return manifest(name, node=node)
 
 
 def test_a_gated_pod_is_released_when_its_team_frees_quota(tmp_path: Path) -> None:
-    (tmp_path / "policy.yaml").write_text(POLICY)
-    with FakeApiServer(bookmark_interval=0.2) as api:
-        api.state.add_node({"metadata": {"name": "node-1"}, "status": {"allocatable": {"cpu": "4"}}})
-        api.state.add_pod(pod("running", node="node-1"))
-        settings = Settings(
-            policies=str(tmp_path / "policy.yaml"),
-            kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
-            cluster="on",
-            lease_duration_s=2,
-            gate_resync_s=1,
-            gate_debounce_ms=50,
-        )
-        with serve(create_app(settings)) as url:
-            wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
-            api.state.add_mutating_webhook("kpe", url + "/admission/pods")
-            created = httpx.post(api.url + "/api/v1/namespaces/demo/pods", json=pod("waiting"))
-            assert created.status_code == 201, created.text
-            assert [g["name"] for g in created.json()["spec"]["schedulingGates"]] == ["example.com/ml-quota"]
-            wait_for(lambda: httpx.get(url + "/apis/v1/gated").json()["pods"] != [])
-            gated = httpx.get(url + "/apis/v1/gated").json()
-            assert gated["leader"] is True
-            assert gated["pods"][0]["gates"] == [{"gate": "example.com/ml-quota", "policy": "ml-quota", "message": "ml-quota: team ml already runs 1 pod"}]
-            assert api.state.get_pod("demo", "waiting")["spec"]["schedulingGates"] == [{"name": "example.com/ml-quota"}]
+    with cluster(tmp_path) as c:
+        api, url = c.api, c.kpe
+        created = c.create("waiting")
+        assert [g["name"] for g in created["spec"]["schedulingGates"]] == ["example.com/ml-quota"]
+        wait_for(lambda: httpx.get(url + "/apis/v1/gated").json()["pods"] != [])
+        gated = httpx.get(url + "/apis/v1/gated").json()
+        assert gated["leader"] is True
+        assert gated["pods"][0]["gates"] == [{"gate": "example.com/ml-quota", "policy": "ml-quota", "message": "ml-quota: team ml already runs 1 pod"}]
+        assert c.gates("waiting") == ["example.com/ml-quota"]
 
-            api.state.delete("pods", "running", "demo")
-            wait_for(lambda: not api.state.get_pod("demo", "waiting")["spec"].get("schedulingGates"))
-            events = [e for e in api.state.events if e.get("reason") == "SchedulingGateLifted"]
-            assert len(events) == 1 and "kpe policy ml-quota lifted scheduling gate example.com/ml-quota after" in events[0]["message"]
-            patches = api.state.requests_to("PATCH", "/api/v1/namespaces/demo/pods/waiting")
-            assert patches and patches[0].json()[0]["op"] == "test"
-            [lease] = api.state.leases
-            assert lease["spec"]["holderIdentity"] and lease["spec"]["leaseDurationSeconds"] == 2
-            assert 'kpe_gate_wait_seconds_count{policy="ml-quota"} 1.0' in httpx.get(url + "/metrics").text
+        api.state.delete("pods", "running", "demo")
+        wait_for(lambda: not c.gates("waiting"))
+        events = [e for e in api.state.events if e.get("reason") == "SchedulingGateLifted"]
+        assert len(events) == 1 and "kpe policy ml-quota lifted scheduling gate example.com/ml-quota after" in events[0]["message"]
+        patches = api.state.requests_to("PATCH", "/api/v1/namespaces/demo/pods/waiting")
+        assert patches and patches[0].json()[0]["op"] == "test"
+        [lease] = api.state.leases
+        assert lease["spec"]["holderIdentity"] and lease["spec"]["leaseDurationSeconds"] == 2
+        assert 'kpe_gate_wait_seconds_count{policy="ml-quota"} 1.0' in httpx.get(url + "/metrics").text
 
 
 def gated(url: str) -> dict[str, Any]:
@@ -156,25 +120,18 @@ def test_two_replicas_share_one_lease_only_the_leader_patches_and_the_other_take
 def test_a_replica_that_loses_the_lease_stops_reporting_the_pods_it_held(tmp_path: Path) -> None:
     from server.leader import micro_time
 
-    (tmp_path / "policy.yaml").write_text(POLICY)
-    with FakeApiServer(bookmark_interval=0.2) as api:
-        api.state.add_node({"metadata": {"name": "node-1"}, "status": {"allocatable": {"cpu": "4"}}})
-        api.state.add_pod(pod("running", node="node-1"))
-        settings = Settings(policies=str(tmp_path / "policy.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
-                            cluster="on", lease_duration_s=2, gate_resync_s=1, gate_debounce_ms=50)
-        with serve(create_app(settings)) as url:
-            wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
-            api.state.add_mutating_webhook("kpe", url + "/admission/pods")
-            assert httpx.post(api.url + "/api/v1/namespaces/demo/pods", json=pod("waiting")).status_code == 201
-            wait_for(lambda: len(httpx.get(url + "/apis/v1/gated").json()["pods"]) == 1)
-            assert 'kpe_gated_pods{policy="ml-quota"} 1.0' in httpx.get(url + "/metrics").text
+    with cluster(tmp_path) as c:
+        api, url = c.api, c.kpe
+        c.create("waiting")
+        wait_for(lambda: len(httpx.get(url + "/apis/v1/gated").json()["pods"]) == 1)
+        assert 'kpe_gated_pods{policy="ml-quota"} 1.0' in httpx.get(url + "/metrics").text
 
-            [lease] = api.state.leases
-            # Another replica took the Lease (say, after this one stalled past its lease).
-            api.state.update("leases", lease["metadata"]["name"], lease["metadata"]["namespace"],
-                             merge={"spec": {"holderIdentity": "someone-else", "renewTime": micro_time(), "leaseDurationSeconds": 60}})
-            wait_for(lambda: httpx.get(url + "/apis/v1/gated").json()["leader"] is False)
-            wait_for(lambda: httpx.get(url + "/apis/v1/gated").json()["pods"] == [])
-            metrics = httpx.get(url + "/metrics").text
-            assert 'kpe_gated_pods{policy="ml-quota"} 0.0' in metrics and "kpe_gate_controller_leader 0.0" in metrics
-            assert api.state.get_pod("demo", "waiting")["spec"]["schedulingGates"] == [{"name": "example.com/ml-quota"}]
+        [lease] = api.state.leases
+        # Another replica took the Lease (say, after this one stalled past its lease).
+        api.state.update("leases", lease["metadata"]["name"], lease["metadata"]["namespace"],
+                         merge={"spec": {"holderIdentity": "someone-else", "renewTime": micro_time(), "leaseDurationSeconds": 60}})
+        wait_for(lambda: httpx.get(url + "/apis/v1/gated").json()["leader"] is False)
+        wait_for(lambda: httpx.get(url + "/apis/v1/gated").json()["pods"] == [])
+        metrics = httpx.get(url + "/metrics").text
+        assert 'kpe_gated_pods{policy="ml-quota"} 0.0' in metrics and "kpe_gate_controller_leader 0.0" in metrics
+        assert c.gates("waiting") == ["example.com/ml-quota"]
