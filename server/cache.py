@@ -182,6 +182,7 @@ class ClusterCache:
         relist = True
         while not stop.is_set():
             listing, seen = relist, 0
+            wait_at_least = 0.0
             try:
                 if relist:
                     items, rv = await self._client.list_all(inf.path, page_size=self._page_size)
@@ -213,6 +214,7 @@ class ClusterCache:
                 reason = "dropped" if exc.status == 0 else "failed"
                 failures += 1
                 self._error(inf, exc)
+                wait_at_least = exc.retry_after or 0.0
             except Exception as exc:  # noqa: BLE001 - a bug in event handling must not stop the cache; relist to a known state
                 log.exception("%s informer failed; relisting", inf.kind)
                 relist, reason = True, "internal"
@@ -222,7 +224,8 @@ class ClusterCache:
                 return
             if self._metrics is not None:
                 self._metrics.watch_restarts.labels(inf.kind, reason).inc()
-            delay = self._backoff(failures)
+            # The server's Retry-After, when it gave one, is a floor under the backoff.
+            delay = max(self._backoff(failures), min(wait_at_least, self.backoff_max))
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)

@@ -41,12 +41,17 @@ class ApiError(Exception):
     """A refused or failed API call. ``status`` is the HTTP code (0: no answer at
     all, e.g. connection refused or timeout); ``body`` the Status object, if any."""
 
-    def __init__(self, status: int, reason: str, message: str, body: Obj | None = None) -> None:
+    def __init__(self, status: int, reason: str, message: str, body: Obj | None = None, *, retry_after: float | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}" if status else f"{reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
         self.body: Obj = body or {}
+        details = self.body.get("details")
+        hinted = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+        # How long the server asked us to wait (429 from API priority and fairness, 503, 504): the
+        # Retry-After header, else the Status' details.retryAfterSeconds.
+        self.retry_after: float | None = retry_after if retry_after is not None else (float(hinted) if isinstance(hinted, int) and hinted > 0 else None)
 
     @classmethod
     def from_status(cls, body: Obj, http_status: int = 0) -> ApiError:
@@ -76,10 +81,14 @@ def _status_of(response: httpx.Response) -> ApiError:
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError:
         body = None
-    if isinstance(body, dict) and body.get("kind") == "Status":
-        return ApiError.from_status(body, response.status_code)
-    text = response.text.strip()[:500] or response.reason_phrase
-    return ApiError.from_status({"code": response.status_code, "reason": response.reason_phrase, "message": text})
+    if not (isinstance(body, dict) and body.get("kind") == "Status"):
+        text = response.text.strip()[:500] or response.reason_phrase
+        body = {"code": response.status_code, "reason": response.reason_phrase, "message": text}
+    error = ApiError.from_status(body, response.status_code)
+    header = response.headers.get("retry-after", "")
+    if header.strip().isdigit() and int(header) > 0:
+        error.retry_after = float(header)
+    return error
 
 
 @contextlib.contextmanager

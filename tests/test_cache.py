@@ -273,6 +273,21 @@ def test_503_answers_are_retried_with_growing_backoff_until_the_cache_syncs(api:
     run(body)
 
 
+def test_a_429_with_retry_after_is_retried_no_sooner_than_the_server_asked(api: FakeApiServer, kubeconfig: str) -> None:
+    api.state.add_node(node("node-1"))
+    api.state.fail_next(2, 429, method="GET", path="/api/v1/nodes")  # Retry-After: 1, as API priority and fairness sends
+
+    async def body() -> None:
+        async with cache_on(kubeconfig, backoff_max=5.0) as (_, cache):
+            assert cache.node("node-1") is not None
+        lists = [r.at for r in api.state.requests_to("GET", "/api/v1/nodes") if "watch" not in r.query]
+        assert len(lists) == 3
+        # Without the header the first retry would come after 0.25-0.5 s.
+        assert all(later - earlier >= 1.0 for earlier, later in zip(lists, lists[1:]))
+
+    run(body)
+
+
 def test_during_an_api_server_outage_the_cache_keeps_serving_and_its_lag_grows(api: FakeApiServer, kubeconfig: str) -> None:
     api.state.add_node(node("node-1"))
 
