@@ -8,6 +8,7 @@ can live in one process.
 from __future__ import annotations
 
 import asyncio
+import gc
 import contextlib
 import logging
 import uuid
@@ -63,6 +64,16 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             request_id.reset(token)
+
+
+async def freeze_after_sync(cache: Any) -> None:
+    """Once the first list is in, move everything alive to the collector's permanent
+    generation: the cache holds millions of objects that would otherwise be traversed
+    by every full collection, a pause of tens of milliseconds in a scheduler request.
+    Objects still go when their last reference does; only cycle detection skips them."""
+    await cache.synced.wait()
+    gc.collect()
+    gc.freeze()
 
 
 async def connect_cluster(settings: Settings) -> Any:
@@ -129,6 +140,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
 
             state.cache = ClusterCache(state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s)
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
+            tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
             if any(p.admission is not None for p in store.current.policies) or settings.gate_resync_s > 0:
                 tasks += start_gate_controller(state, stop)
         log.info("kpe serving", extra={"generation": store.current.generation, "prefix": settings.prefix, "cluster": state.client is not None})
