@@ -213,7 +213,7 @@ def _name(node: Any) -> str:
 class EquivalenceCache:
     """Per-node results for the most recently used pod classes of one generation."""
 
-    def __init__(self, *, classes: int = 64) -> None:
+    def __init__(self, *, classes: int = 16) -> None:
         self.classes = classes
         self._generation = ""
         self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
@@ -247,7 +247,7 @@ class EquivalenceCache:
         table = self._tables.get(key)
         if table is None:
             table = self._tables[key] = ClassMemo()
-            while len(self._tables) > self.classes:
+            while len(self._tables) > 2 * self.classes:  # a filter and a score table per class
                 self._tables.popitem(last=False)
         else:
             self._tables.move_to_end(key)

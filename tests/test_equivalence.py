@@ -261,7 +261,8 @@ def test_the_cache_keeps_at_most_the_configured_number_of_classes() -> None:
     memo = EquivalenceCache(classes=2)
     for gpus in (1, 2, 3, 1):
         filter_nodes(policies, cluster.scheduling_pod(gpus=gpus), nodes, memo=memo)
-    assert len(memo) == 2
+        score_nodes(policies, cluster.scheduling_pod(gpus=gpus), nodes, memo=memo)
+    assert len(memo) == 4, "a filter and a score table for each of 2 classes"
     again = filter_nodes(policies, cluster.scheduling_pod(gpus=1), nodes, memo=memo)
     assert again.memo_hits == 5, "the class used last is still there"
     evicted = filter_nodes(policies, cluster.scheduling_pod(gpus=2), nodes, memo=memo)
