@@ -10,11 +10,13 @@ together with the node object and ``nodeInfo`` object it was computed from; the
 cluster cache replaces those objects whenever they change, so an identity check
 tells a current result from a stale one without hashing anything.
 
-Rules that read ``now`` are never remembered: they run on every request (the
-filter replays the remembered rules around them in the same order, so the
-verdict and reason are exactly those of a full evaluation). Results are kept
-for one policy-set generation only, for at most ``classes`` classes (least
-recently used go first).
+Rules that read ``now`` run on every request (the filter replays the
+remembered rules around them in the same order, so the verdict and reason
+are exactly those of a full evaluation), except on nodes where the operands
+of a top-level ``||`` that do not read ``now`` already hold. The rules
+themselves are bound once per class. Results are kept for one policy-set
+generation only, for at most ``classes`` classes (least recently used go
+first).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import orjson
 
 from . import cel
 from .cel import ast
-
 from .policy import Expression
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ class EquivalenceCache:
 
     def reads(self, policy: Policy) -> PolicyReads:
         found = self._reads.get(policy.name)
-        if found is None:
+        if found is None or found.policy is not policy:  # a new generation's policy of the same name
             found = self._reads[policy.name] = PolicyReads(policy)
         return found
 
