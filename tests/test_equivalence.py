@@ -344,3 +344,24 @@ def test_over_http_a_node_or_pod_change_reaches_the_next_answer_and_hits_are_cou
             counted = {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in httpx.get(url + "/metrics").text.splitlines() if line.startswith("kpe_equivalence_cache_nodes_total{")}
             # 1: both evaluated; 2: both remembered; 3: node-b changed, node-a remembered; 4: node-a's nodeInfo changed.
             assert counted == {'kpe_equivalence_cache_nodes_total{result="hit",verb="filter"}': 4.0, 'kpe_equivalence_cache_nodes_total{result="miss",verb="filter"}': 4.0}
+
+
+def test_a_reloaded_policy_that_starts_reading_now_is_not_answered_from_memory() -> None:
+    template = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: clock}
+spec:
+  scores:
+  - name: hour
+    expression: "EXPR"
+"""
+    before = load_text(template.replace("EXPR", "50"))
+    after = load_text(template.replace("EXPR", "now.getHours() * 4"))
+    nodes = cluster.nodes(3)
+    memo = EquivalenceCache()
+    pod = cluster.scheduling_pod(gpus=1)
+    assert set(score_nodes(before, pod, nodes, memo=memo, now=at(1)).scores.values()) == {5}
+    for hour in (1, 20, 1):
+        answer = score_nodes(after, pod, nodes, memo=memo, now=at(hour))
+        assert answer.scores == score_nodes(after, pod, nodes, now=at(hour)).scores
+        assert answer.memo_hits == 0
