@@ -32,6 +32,7 @@ import orjson
 
 from . import cel
 from .cel import ast
+from .nodeinfo import node_name, node_names
 from .policy import Expression
 
 if TYPE_CHECKING:
@@ -126,14 +127,14 @@ class ClassMemo:
         changed: list[int] | None = None
         version = node_info.version if isinstance(node_info, TrackedNodeInfo) else None
         if previous is not None and len(previous.nodes) == len(nodes):
-            same_list = nodes is previous.nodes  # a caller that resolved the same names again
-            same = [True] * len(nodes) if same_list else list(map(is_, nodes, previous.nodes))
-            moved = [] if same_list else _falses(same)
+            # None: the caller passed the very list of last time (it resolved the same names again).
+            same = None if nodes is previous.nodes else list(map(is_, nodes, previous.nodes))
+            moved = _falses(same) if same is not None else []
             names = previous.names
             if moved:
                 names = names.copy()
                 for i in moved:
-                    names[i] = _name(nodes[i])
+                    names[i] = node_name(nodes[i])
             replaced = None
             if (
                 isinstance(node_info, TrackedNodeInfo)
@@ -155,15 +156,16 @@ class ClassMemo:
                         infos[i] = node_info.get(names[i], missing)
                 positions = previous.positions
             else:
-                infos = list(map(node_info.get, names, repeat(missing))) if node_info is not None else [missing] * len(names)
-                changed = _falses(list(map(and_, same, map(is_, infos, previous.infos))))
+                infos = _infos(node_info, names, missing)
+                identical = map(is_, infos, previous.infos)
+                changed = _falses(list(identical if same is None else map(and_, same, identical)))
                 positions = None
             results = previous.results.copy()
             todo: Iterable[int] = changed
             hits = len(nodes) - len(changed)
         else:
             names = node_names(nodes)
-            infos = list(map(node_info.get, names, repeat(missing))) if node_info is not None else [missing] * len(names)
+            infos = _infos(node_info, names, missing)
             results = [None] * len(names)
             todo = range(len(names))
             hits = 0
@@ -185,6 +187,11 @@ class ClassMemo:
         return Lookup(names, infos, results, hits, changed, previous)
 
 
+def _infos(node_info: Mapping[str, Any] | None, names: list[str], missing: Any) -> list[Any]:
+    """Each name's nodeInfo, looked up in C."""
+    return list(map(node_info.get, names, repeat(missing))) if node_info is not None else [missing] * len(names)
+
+
 def _falses(flags: list[bool]) -> list[int]:
     """Positions of the False entries, found by ``list.index`` (a scan in C)."""
     found: list[int] = []
@@ -196,19 +203,6 @@ def _falses(flags: list[bool]) -> list[int]:
             start += 1
     except ValueError:
         return found
-
-
-def node_names(nodes: Sequence[Any]) -> list[str]:
-    try:
-        return [node["metadata"]["name"] for node in nodes]
-    except (KeyError, TypeError):
-        return [_name(node) for node in nodes]
-
-
-def _name(node: Any) -> str:
-    meta = node.get("metadata") if isinstance(node, Mapping) else None
-    name = meta.get("name", "") if isinstance(meta, Mapping) else ""
-    return name if isinstance(name, str) else str(name)
 
 
 class EquivalenceCache:

@@ -11,8 +11,8 @@ from typing import Any
 
 from .admission import AdmissionResult, admit
 from .evaluation import current_time
-from .filtering import FilterResult, filter_nodes, node_name
-from .nodeinfo import node_info_map
+from .filtering import FilterResult, filter_nodes
+from .nodeinfo import node_info_map, node_name
 from .policy import PolicySet
 from .scoring import ScoreResult, score_nodes
 from .tables import render_table

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import compress
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 from . import cel
 from .cel.runtime import Unbound
 from .equivalence import ClassMemo, EquivalenceCache, PolicyReads, Snapshot
 from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
+from .nodeinfo import node_name
 from .policy import FilterRule, PolicySet
 
 NO_NODE_INFO = Unbound("nodeInfo")
@@ -62,14 +63,6 @@ class FilterResult:
     memo_hits: int = 0  # nodes answered from the equivalence cache
     memo_misses: int = 0
     rejections: dict[str, int] = field(default_factory=dict)  # "policy/rule" -> nodes it failed (unresolvable included)
-
-
-def node_name(node: Mapping[str, Any]) -> str:
-    meta = node.get("metadata") if type(node) is dict or isinstance(node, Mapping) else None
-    if type(meta) is dict or isinstance(meta, Mapping):
-        name = meta.get("name", "")
-        return name if type(name) is str else str(name)
-    return ""
 
 
 def filter_nodes(
@@ -236,7 +229,7 @@ class FilterView:
             name = names[i]
             old = previous.results[i]
             if not old.timed and old.verdict != PASS:
-                view.rejections[_rule_of(old.reason)] -= 1
+                _count_rejection(view.rejections, old.reason, -1)
             view.passing[i] = False
             view.failed.pop(name, None)
             view.unresolvable.pop(name, None)
@@ -253,8 +246,7 @@ class FilterView:
             self.passing[i] = True
         else:
             (self.failed if r.verdict == FAIL else self.unresolvable)[name] = r.reason
-            label = _rule_of(r.reason)
-            self.rejections[label] = self.rejections.get(label, 0) + 1
+            _count_rejection(self.rejections, r.reason)
         if r.final_events:
             self.eventful.add(i)
 
@@ -319,17 +311,11 @@ def _memoized(
                 passing[i] = True
             else:
                 (result.unresolvable if unresolvable_ else result.failed)[name] = reason
-                label = _rule_of(reason)
-                result.rejections[label] = result.rejections.get(label, 0) + 1
+                _count_rejection(result.rejections, reason)
     result.passed.extend(compress(names, passing))
     for i in sorted(view.eventful):
         for audit, event in results[i].final_events:
             (result.audit_rejections if audit else result.errors).append(event)
-
-
-def _rule_of(reason: str) -> str:
-    """``policy/rule`` of a ``policy/rule: message`` reason."""
-    return reason.partition(":")[0]
 
 
 def _count_rules(*reasons: Iterable[str]) -> dict[str, int]:
@@ -338,9 +324,14 @@ def _count_rules(*reasons: Iterable[str]) -> dict[str, int]:
         per_reason.update(some)  # counted in C; most rules have one message, so few distinct reasons remain
     per_rule: dict[str, int] = {}
     for reason, n in per_reason.items():
-        label = _rule_of(reason)
-        per_rule[label] = per_rule.get(label, 0) + n
+        _count_rejection(per_rule, reason, n)
     return per_rule
+
+
+def _count_rejection(per_rule: dict[str, int], reason: str, n: int = 1) -> None:
+    """Add ``n`` to the count of the rule a ``policy/rule: message`` reason names."""
+    label = reason.partition(":")[0]
+    per_rule[label] = per_rule.get(label, 0) + n
 
 
 def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts: list[int], enforced: int, node: Any, info: Any, name: str) -> tuple[int, bool, str]:

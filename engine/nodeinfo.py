@@ -94,6 +94,23 @@ class NodeInfoAccumulator:
         }
 
 
+def node_name(node: Mapping[str, Any]) -> str:
+    """A node object's name ("" when it has none)."""
+    meta = node.get("metadata") if type(node) is dict or isinstance(node, Mapping) else None
+    if type(meta) is dict or isinstance(meta, Mapping):
+        name = meta.get("name", "")
+        return name if type(name) is str else str(name)
+    return ""
+
+
+def node_names(nodes: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The names of ``nodes``, in order: a list comprehension for well-formed nodes, the checks only when one is not."""
+    try:
+        return [node["metadata"]["name"] for node in nodes]
+    except (KeyError, TypeError):
+        return [node_name(node) for node in nodes]
+
+
 def pod_key(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return str(meta.get("uid") or f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")

@@ -33,9 +33,9 @@ from .cel import EvalError
 from .cel.timestamps import Timestamp, parse_timestamp
 from .documents import Document, Path as DocPath, format_path, load_documents
 from .errors import PolicyError, PolicyLoadError
-from .filtering import filter_nodes, node_name
+from .filtering import filter_nodes
 from .loader import SUFFIXES, load
-from .nodeinfo import node_info_map
+from .nodeinfo import node_info_map, node_name
 from .policy import PolicySet
 from .preemption import preempt
 from .schema import validate

@@ -17,7 +17,8 @@ from typing import Any
 from . import cel
 from .equivalence import EquivalenceCache
 from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
-from .filtering import NO_NODE_INFO, RuleEvent, node_name
+from .filtering import NO_NODE_INFO, RuleEvent
+from .nodeinfo import node_name
 from .policy import PolicySet, ScoreRule
 
 MAX_EXTENDER_PRIORITY = 10
