@@ -1,11 +1,56 @@
-"""Shared test set-up: pass counts of the CEL conformance suite, per file, at the end of the run."""
+"""Shared test set-up: a fixed clock for every test, and pass counts of the CEL
+conformance suite, per file, at the end of the run."""
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from typing import Any
 
+import pytest
+
+from engine import evaluation
+from engine.cel.timestamps import Timestamp, parse_timestamp
+
 _conformance: dict[str, Counter[str]] = {}
+
+# `now` for every rule a test evaluates without choosing it: the engine's default
+# (engine.evaluation.current_time, which the server uses on every request) reads
+# the wall clock, and CI runs at any hour. A test that depends on the hour passes
+# `now=` itself; `@pytest.mark.any_hour` runs a test with the default clock at each
+# of ANY_HOUR, so one that forgets to fails at whatever hour the suite runs.
+DEFAULT_NOW = "2026-11-21T12:00:00Z"
+ANY_HOUR = ("00:30", "03:00", "12:00", "23:59")
+_WALL_CLOCK = evaluation.current_time
+
+
+class Clock:
+    """The clock the engine reads in a test; set ``clock.now`` to move it."""
+
+    def __init__(self, at: str) -> None:
+        self.now: Timestamp = parse_timestamp(at)
+
+    def __call__(self) -> Timestamp:
+        return self.now
+
+
+def pytest_configure(config: Any) -> None:
+    config.addinivalue_line("markers", f"any_hour: run the test with the default clock at each of {', '.join(ANY_HOUR)} UTC")
+
+
+def pytest_generate_tests(metafunc: Any) -> None:
+    if metafunc.definition.get_closest_marker("any_hour"):
+        metafunc.parametrize("clock", [f"2026-11-21T{h}:00Z" for h in ANY_HOUR], indirect=True, ids=[f"clock-{h}" for h in ANY_HOUR])
+
+
+@pytest.fixture(autouse=True)
+def clock(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """Replace the wall clock wherever engine or server code reads it by name."""
+    fixed = Clock(getattr(request, "param", DEFAULT_NOW))
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] in ("engine", "server") and vars(module).get("current_time") is _WALL_CLOCK:
+            monkeypatch.setattr(module, "current_time", fixed)
+    return fixed
 
 
 def pytest_runtest_logreport(report: Any) -> None:
