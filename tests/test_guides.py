@@ -262,6 +262,13 @@ def test_the_request_bodies_are_generated_from_the_example_yaml() -> None:
     assert {rel(p) for p in make_requests.outputs()} >= used
 
 
+def test_the_walkthrough_pod_is_one_the_api_server_accepts() -> None:
+    """The Priority admission plugin sets spec.priority from priorityClassName and
+    refuses a pod that sets it itself."""
+    [pod] = objects(EXAMPLES / "pod-gpu-training.yaml")
+    assert "priority" not in pod["spec"]
+
+
 # -- the example files ------------------------------------------------------------------
 
 
