@@ -101,8 +101,13 @@ class Program:
         for i, node in enumerate(candidates):
             gen = CodeGenerator(self.text, library=self._library, variables=list(self.variables), check=False)
             fn = gen.function(node, name=f"_cand{i}", params=self._params(self._ordered(bound)), cost_limit=self.cost_limit)
-            ns.update(fn.namespace)
-            lines.insert(0, fn.source)
+            # Each candidate has its own generator, whose constants (_k1, _rx2...) are
+            # numbered from 1 again: it gets its own namespace, so no candidate's
+            # constant replaces another's.
+            cand_ns = self._namespace()
+            cand_ns.update(fn.namespace)
+            exec(compile(fn.source, f"<cel prelude: {_label(self.text)}>", "exec"), cand_ns)  # noqa: S102 - see below
+            ns[f"_cand{i}"] = cand_ns[f"_cand{i}"]
             args = ", ".join(python_name(n, self.variables.index(n)) for n in self._ordered(bound))
             lines.append(f"    try: _out.append(_cand{i}({args}))")
             lines.append("    except (EvalError, RecursionError): _out.append(_FAILED)")
