@@ -525,9 +525,14 @@ class CodeGenerator:
                         current = f"({t}.get({k}, _ABSENT) if (type({k} := {code}) is str) & (type({t} := {current}) is dict) else _optstep({t}, {k}))"
                 v = self.tmp()
                 if node.function == "orValue":
+                    if self.needs_statements(node.args[0]):
+                        # The default's statements run only when the chain is absent.
+                        return self.lazy_alternative(f"{v} = {current}", f"{v} is not _ABSENT", v, node.args[0], "{}"), "dyn"
                     default = self.expr(node.args[0])[0]
                     return f"({default} if ({v} := {current}) is _ABSENT else {v})", "dyn"
                 return f"({current} is not _ABSENT)", "bool"
+        if node.function in ("orValue", "or") and len(node.args) == 1 and node.function in self.library.methods:
+            return self.optional_alternative(node)
         target, ttype = self.expr(node.target)
         args = [self.expr(a)[0] for a in node.args]
         name = node.function
@@ -553,6 +558,36 @@ class CodeGenerator:
             call_args = ", ".join([t] + args)
             return f"({impl_ref}({call_args}) if type({t} := {target}) is {cls_ref} else {ref}({call_args}))", self.library.result_types.get(name, "dyn")
         return f"{ref}({', '.join([target] + args)})", self.library.result_types.get(name, "dyn")
+
+    def optional_alternative(self, node: ast.Call) -> tuple[str, str]:
+        """``opt.orValue(x)`` and ``opt.or(x)``: ``x`` is evaluated only when ``opt``
+        is absent (or not an optional, for the error), as in cel-go and cel-cpp, so
+        ``optional.of(1).orValue(pod.missing)`` is 1, not an error."""
+        assert node.target is not None
+        target, _ = self.expr(node.target)
+        t = self.tmp()
+        present = f"{t}.value" if node.function == "orValue" else t
+        ref = self.method_ref(node, node.function)
+        typ = "dyn" if node.function == "orValue" else "optional"
+        if self.needs_statements(node.args[0]):
+            return self.lazy_alternative(f"{t} = {target}", f"type({t}) is _Optional and {t}.present", present, node.args[0], f"{ref}({t}, {{}})"), typ
+        arg, _ = self.expr(node.args[0])
+        return f"({present} if (type({t} := {target}) is _Optional) and {t}.present else {ref}({t}, {arg}))", typ
+
+    def lazy_alternative(self, setup: str, test: str, present: str, alternative: ast.Node, fallback: str) -> str:
+        """Statements for ``present if test else fallback.format(alternative)``, where the
+        alternative needs statements of its own: they run only in the else branch."""
+        r = self.tmp("_r")
+        self.emit(setup)
+        with self.block():
+            self.emit(f"if {test}:")
+            self.emit(f"    {r} = {present}")
+            self.emit("else:")
+            self.indent += 1
+            code, _ = self.expr(alternative)
+            self.emit(f"{r} = {fallback.format(code)}")
+            self.indent -= 1
+        return r
 
     def literal_regex(self, node: ast.Call, pattern: str) -> str | None:
         """A matcher compiled now for a literal pattern; an invalid pattern is a compile error."""
@@ -710,7 +745,7 @@ class CodeGenerator:
             if into == "list":
                 self.emit(f"{r}.append({out})")
             else:
-                self.emit(f"{r}[{key}] = {out}")
+                self.emit(f"{r}[_mapkey({key})] = {out}")
             self.indent -= 1
         return r, "list" if into == "list" else "map"
 

@@ -15,7 +15,7 @@ import re
 from typing import Any, Final
 
 from .errors import EvalError, no_such_overload
-from .values import CelType, UInt, type_name
+from .values import CelType, UInt, plain_key, type_name
 
 _DEFAULT_PRECISION: Final = 6
 _MAX_PRECISION: Final = 100  # cel-go's limit; also keeps "%.999999999f" from eating memory.
@@ -116,7 +116,7 @@ def _format_value(value: Any) -> str:
         return "[" + ", ".join(_format_value(v) for v in value) + "]"
     if t is dict:
         # Stable, by key text only, as cel-go's sort.SliceStable: keys 1 and '1' print alike.
-        entries = sorted(((_format_value(k), _format_value(v)) for k, v in value.items()), key=lambda e: e[0])
+        entries = sorted(((_format_value(plain_key(k)), _format_value(v)) for k, v in value.items()), key=lambda e: e[0])
         return "{" + ", ".join(f"{k}: {v}" for k, v in entries) + "}"
     if t is CelType:
         return value.name  # type: ignore[no-any-return]

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from .errors import DivisionByZeroError, EvalError, IntOverflowError, NoSuchKeyError, no_such_overload
-from .values import INT64_MAX, INT64_MIN, UINT64_MAX, Optional, OPTIONAL_NONE, UInt
+from .values import FALSE_KEY, INT64_MAX, INT64_MIN, TRUE_KEY, UINT64_MAX, MapBoolKey, Optional, OPTIONAL_NONE, UInt, map_key
 
 _NUMERIC = frozenset((int, UInt, float))
 
@@ -33,6 +33,10 @@ def equals(a: Any, b: Any) -> bool:
             return True
         return bool(a == b)
     if ta in _NUMERIC and tb in _NUMERIC:
+        # As the ordering does (and cel-go, cel-cpp): an int or uint meets a double
+        # as a double, so 2**63-1 == 2.0**63 like neither < nor > holds between them.
+        if ta is float or tb is float:
+            return float(a) == float(b)
         return bool(a == b)
     return False
 
@@ -208,11 +212,14 @@ def _lookup(mapping: dict[Any, Any], key: Any) -> Any:
         if not key.is_integer():
             return _ABSENT
         key, tk = int(key), int
-    if tk is bool or ((tk is int or tk is UInt) and (key == 0 or key == 1)):
-        # Python treats True and 1 as the same key; CEL does not.
-        want_bool = tk is bool
+    if tk is bool or tk is MapBoolKey:
+        # A stored MapBoolKey, or a plain bool key of a dict from elsewhere (YAML
+        # params); MapBoolKey never equals an int key.
+        return mapping.get(TRUE_KEY if key is True or key is TRUE_KEY else FALSE_KEY, _ABSENT)
+    if (tk is int or tk is UInt) and (key == 0 or key == 1):
+        # A plain Python True/False key would answer for 1/0: skip those.
         for k, v in mapping.items():
-            if (type(k) is bool) == want_bool and k == key:
+            if type(k) is not bool and type(k) is not MapBoolKey and k == key:
                 return v
         return _ABSENT
     return mapping.get(key, _ABSENT)
@@ -332,7 +339,7 @@ def make_map(entries: list[tuple[Any, Any]]) -> dict[Any, Any]:
         if marker in seen:
             raise EvalError(f"repeated key in map literal: {key!r}")
         seen.add(marker)
-        out[key] = value
+        out[map_key(key)] = value
     return out
 
 

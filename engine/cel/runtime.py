@@ -16,7 +16,7 @@ from .errors import (
     NoSuchOverloadError,
     no_such_overload,
 )
-from .values import OPTIONAL_NONE, Optional, type_name, type_of
+from .values import OPTIONAL_NONE, Optional, UInt, has_bool_keys, map_key, plain_key, type_name, type_of
 
 
 class Unbound:
@@ -53,6 +53,8 @@ def comprehension_range(value: Any, two_variables: bool) -> Any:
     if t is list:
         return list(enumerate(value)) if two_variables else value
     if t is dict:
+        if has_bool_keys(value):
+            return [(plain_key(k), v) for k, v in value.items()] if two_variables else [plain_key(k) for k in value]
         return list(value.items()) if two_variables else list(value)
     raise no_such_overload("comprehension", value)
 
@@ -188,7 +190,7 @@ def comprehension(kind: str, budget: list[int], exceeded: Any, rng: Any, pred: A
         return [item for item in items if truth(call(pred, item), kind)]
     selected = [item for item in items if pred is None or truth(call(pred, item), kind)]
     if kind == "transformMap":
-        return {item[0]: call(transform, item) for item in selected}
+        return {map_key(item[0]): call(transform, item) for item in selected}
     return [call(transform, item) for item in selected]
 
 
@@ -223,7 +225,7 @@ _ZERO = (None, False, 0, 0.0, "", b"")
 
 def optional_of_non_zero(value: Any) -> Optional:
     t = type(value)
-    if value is None or (t in (bool, int, float, str, bytes) and not value) or (t in (list, dict) and not value):
+    if value is None or (t in (bool, int, UInt, float, str, bytes) and not value) or (t in (list, dict) and not value):
         return OPTIONAL_NONE
     if hasattr(value, "is_zero") and value.is_zero():
         return OPTIONAL_NONE
@@ -303,6 +305,7 @@ def namespace() -> dict[str, Any]:
         "_truth": truth,
         "_as_optional": as_optional,
         "_Optional": Optional,
+        "_mapkey": map_key,
         "_optlist": optional_list,
         "_makemap": make_map,
         "_unbound": unbound,

@@ -77,6 +77,55 @@ class Optional:
 
 OPTIONAL_NONE: Final = Optional(None, False)
 
+
+class MapBoolKey:
+    """A bool as the key of a map kpe built (a literal, ``transformMap``).
+
+    CEL's ``true`` and ``1`` (``false`` and ``0``) are different keys, but
+    Python's ``True == 1`` makes them one dict key. Inside a map a bool key is
+    stored as one of the two instances of this class: it hashes like the bool,
+    equals only a bool of the same value (so ``{True: 'a'}`` still compares
+    equal in Python), and never equals an int. Kubernetes objects have string
+    keys only, so their lookups never meet it; iteration hands the plain bool
+    back (``plain_key``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or (type(other) is bool and other is self.value) or (
+            type(other) is MapBoolKey and other.value is self.value
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+TRUE_KEY: Final = MapBoolKey(True)
+FALSE_KEY: Final = MapBoolKey(False)
+
+
+def map_key(key: Any) -> Any:
+    """``key`` as it is stored in a map: bools become ``TRUE_KEY``/``FALSE_KEY``."""
+    if type(key) is bool:
+        return TRUE_KEY if key else FALSE_KEY
+    return key
+
+
+def plain_key(key: Any) -> Any:
+    """A stored map key as the CEL value it stands for."""
+    return key.value if type(key) is MapBoolKey else key
+
+
+def has_bool_keys(mapping: dict[Any, Any]) -> bool:
+    """Whether iterating ``mapping`` needs ``plain_key`` (two hash lookups, no scan)."""
+    return TRUE_KEY in mapping or FALSE_KEY in mapping
+
 # Registry of names for the classes other modules define (timestamps, quantity, ...).
 # A module that defines a CEL type registers it here at import time.
 _TYPE_NAMES: dict[type, str] = {

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.cel.values import CelType, UInt
+from engine.cel.values import CelType, UInt, map_key, plain_key
 
 FILES = (
     "basic comparisons conversions fields fp_math integer_math lists logic macros macros2 "
@@ -86,7 +86,7 @@ def decode(tagged: list[Any]) -> Any:
     if kind == "list":
         return [decode(v) for v in tagged[1]]
     if kind == "map":
-        return {decode(k): decode(v) for k, v in tagged[1]}
+        return {map_key(decode(k)): decode(v) for k, v in tagged[1]}
     if kind == "type":
         return CelType(tagged[1])
     if kind == "timestamp":
@@ -112,7 +112,7 @@ def same(actual: Any, expected: Any) -> bool:
         if len(actual) != len(expected):
             return False
         for k, v in expected.items():
-            match = [ak for ak in actual if same(ak, k)]
+            match = [ak for ak in actual if same(plain_key(ak), plain_key(k))]
             if not match or not same(actual[match[0]], v):
                 return False
         return True
