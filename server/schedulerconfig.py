@@ -5,16 +5,27 @@ scheduler never calls a verb no policy answers (each call costs scheduling
 latency) and never skips one a policy needs:
 
 - ``filterVerb`` only if some policy has ``filters``, ``prioritizeVerb`` only
-  if some policy has ``scores``, ``preemptVerb`` only if some policy has
-  ``preemption`` (Audit-mode policies count: they must be evaluated to be
+  if some policy has ``scores``, ``preemptVerb`` if some policy has ``filters``
+  or ``preemption`` (Audit-mode policies count: they must be evaluated to be
   counted); ``bindVerb`` only on request, because binding through kpe is a
   deployment choice, not something a policy asks for.
+- Filters need ``preemptVerb`` too: kube-scheduler's preemption dry run runs
+  only its own filter plugins, never the extender's filter, so it can pick
+  victims on a node kpe rejects whatever is evicted (a label, a taint, a pod
+  count the victims do not change). The preempt verb is kpe's only chance to
+  drop such a node before the victims are deleted; without it they are
+  evicted in vain and the pod stays pending.
 - ``managedResources`` only when every policy the scheduler calls kpe for
   matches nothing but pods requesting some extended resources: kube-scheduler
   then sends kpe only pods that request or limit one of them (containers and
   init containers — exactly what ``match.resources`` tests), and every other
   pod skips the HTTP round trip. Listed with ``ignoredByScheduler: false`` so
   the scheduler's own resource fit still counts them.
+
+In whole-node mode (``--no-node-cache-capable``) kube-scheduler sends whole
+Node objects but never the pods on them, so ``nodeInfo`` still comes from
+kpe's own pod cache; the command warns when some rule reads it, because
+without cluster access such a rule fails on every node.
 
 Field names and shapes are kube-scheduler's ``Extender`` type
 (``kubescheduler.config.k8s.io/v1`` and ``v1beta3`` share it). ``enableHTTPS``
@@ -36,7 +47,7 @@ import yaml
 
 from engine.errors import PolicyLoadError
 from engine.loader import load
-from engine.policy import Policy, PolicySet
+from engine.policy import Expression, Policy, PolicySet
 
 from .settings import Settings
 
@@ -166,9 +177,40 @@ def plan(policy_set: PolicySet) -> ExtenderPlan:
     return ExtenderPlan(
         filter=tuple(p.name for p in policies if p.filters),
         prioritize=tuple(p.name for p in policies if p.scores),
-        preempt=tuple(p.name for p in policies if p.preemption is not None),
+        # Filters too: the scheduler's preemption dry run never calls kpe's filter (module docstring).
+        preempt=tuple(p.name for p in policies if p.filters or p.preemption is not None),
         managed_resources=tuple(sorted(resources)) if users and not reason else (),
         every_pod_reason=reason,
+    )
+
+
+def _reads_node_info(policy: Policy, expr: Expression) -> bool:
+    """Whether ``expr`` reads ``nodeInfo``, itself or through the policy variables it uses."""
+    return "nodeInfo" in expr.program.free_variables or any(_reads_node_info(policy, policy.variable(v).expression) for v in expr.variables)
+
+
+def node_info_rules(policy_set: PolicySet) -> list[str]:
+    """The rules kube-scheduler calls kpe for that read ``nodeInfo``, as ``policy/rule``
+    (``policy/preemption.victim`` and ``policy/preemption.node`` for preemption rules)."""
+    found: list[str] = []
+    for p in policy_set.policies:
+        rules = [(r.name, r.expression) for r in p.filters] + [(r.name, r.expression) for r in p.scores]
+        if p.preemption is not None:
+            rules += [(f"preemption.{kind}", e) for kind, e in (("victim", p.preemption.victim), ("node", p.preemption.node)) if e is not None]
+        found += [f"{p.name}/{name}" for name, expr in rules if _reads_node_info(p, expr)]
+    return found
+
+
+def whole_node_warning(policy_set: PolicySet) -> str:
+    """What to say when ``--no-node-cache-capable`` meets rules that read ``nodeInfo`` ('' if none do)."""
+    rules = node_info_rules(policy_set)
+    if not rules:
+        return ""
+    return (
+        "kpe scheduler-config: warning: in whole-node mode (--no-node-cache-capable) kube-scheduler sends whole "
+        "nodes but not the pods on them, so nodeInfo still comes from kpe's own pod cache: run kpe with cluster "
+        "access. Without it (--cluster off, or no credentials found) these rules, which read nodeInfo, fail on "
+        f"every node with \"no value for variable 'nodeInfo'\" and their policy's failurePolicy decides: {', '.join(rules)}"
     )
 
 
@@ -306,6 +348,10 @@ def cmd_scheduler_config(args: argparse.Namespace, out: TextIO) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+    if not args.node_cache_capable:
+        warning = whole_node_warning(policy_set)
+        if warning:
+            print(warning, file=sys.stderr)
     url = urlsplit(args.url)
     if url.scheme == "https" and not (args.ca_file or args.insecure):
         print(
@@ -346,6 +392,8 @@ __all__ = [
     "command_line",
     "extender_entry",
     "is_extended_resource_name",
+    "node_info_rules",
     "plan",
     "scheduler_configuration",
+    "whole_node_warning",
 ]

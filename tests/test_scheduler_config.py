@@ -150,10 +150,10 @@ def test_verbs_are_server_routes_and_the_default_url_uses_the_server_prefix() ->
 @pytest.mark.parametrize(
     ("parts", "verbs"),
     [
-        ((FILTER,), {"filterVerb"}),
+        ((FILTER,), {"filterVerb", "preemptVerb"}),
         ((SCORE,), {"prioritizeVerb"}),
         ((PREEMPT,), {"preemptVerb"}),
-        ((FILTER, ADMIT), {"filterVerb"}),
+        ((FILTER, ADMIT), {"filterVerb", "preemptVerb"}),
         ((FILTER, SCORE, PREEMPT), {"filterVerb", "prioritizeVerb", "preemptVerb"}),
     ],
 )
@@ -164,7 +164,17 @@ def test_only_the_verbs_some_policy_needs(tmp_path: Path, parts: tuple[str, ...]
 
 def test_verbs_union_over_policies_and_audit_mode_counts(tmp_path: Path) -> None:
     entry = entry_for(tmp_path, policy("a", FILTER), policy("b", SCORE, mode="Audit"))
-    assert {k for k in entry if k.endswith("Verb")} == {"filterVerb", "prioritizeVerb"}
+    assert {k for k in entry if k.endswith("Verb")} == {"filterVerb", "prioritizeVerb", "preemptVerb"}
+
+
+def test_filters_need_the_preempt_verb_and_the_header_says_which_policies(tmp_path: Path) -> None:
+    """kube-scheduler's preemption dry run never calls the extender's filter: the
+    preempt verb is where kpe drops nodes its filters reject whatever is evicted."""
+    path = write_policies(tmp_path, policy("a", FILTER), policy("b", SCORE), policy("c", PREEMPT))
+    code, text = run("--entry-only", "--policies", path)
+    assert code == EXIT_OK
+    assert "# filter: a\n# prioritize: b\n# preempt: a, c\n" in text
+    assert yaml.safe_load(text)["preemptVerb"] == "preempt"
 
 
 def test_bind_only_on_request(tmp_path: Path) -> None:
@@ -188,6 +198,57 @@ def test_defaults_and_options(tmp_path: Path) -> None:
     entry = entry_for(tmp_path, policy("a", FILTER), extra=("--weight", "4", "--no-node-cache-capable", "--ignorable", "--insecure", "--url", "https://10.0.0.9:443/scheduler"))
     assert entry["weight"] == 4 and entry["nodeCacheCapable"] is False and entry["ignorable"] is True
     assert entry["tlsConfig"] == {"insecure": True} and entry["urlPrefix"] == "https://10.0.0.9:443/scheduler"
+
+
+# -- whole-node mode and nodeInfo --------------------------------------------------------
+
+NODE_INFO_POLICY = f"""{HEAD}metadata:
+  name: packing
+spec:
+  variables:
+  - name: busy
+    expression: "nodeInfo.podCount > 10"
+  filters:
+  - name: room
+    expression: "nodeInfo.podCount < 110"
+  - name: labelled
+    expression: "has(node.metadata.labels)"
+  - name: not-busy
+    expression: "!variables.busy"
+  scores:
+  - name: emptiest
+    expression: "100 - nodeInfo.podCount"
+  preemption:
+    victim: "victim.spec.priority < 10"
+    node: "size(victims) < nodeInfo.podCount"
+"""
+
+WHOLE_NODE_WARNING = (
+    "kpe scheduler-config: warning: in whole-node mode (--no-node-cache-capable) kube-scheduler sends whole "
+    "nodes but not the pods on them, so nodeInfo still comes from kpe's own pod cache: run kpe with cluster "
+    "access. Without it (--cluster off, or no credentials found) these rules, which read nodeInfo, fail on "
+    "every node with \"no value for variable 'nodeInfo'\" and their policy's failurePolicy decides: "
+    "packing/room, packing/not-busy, packing/emptiest, packing/preemption.node\n"
+)
+
+
+def test_whole_node_mode_warns_about_rules_that_read_node_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_policies(tmp_path, NODE_INFO_POLICY, policy("plain", FILTER))
+    code, _ = run("--policies", path, "--no-node-cache-capable", "--insecure")
+    assert code == EXIT_OK
+    assert capsys.readouterr().err == WHOLE_NODE_WARNING
+    # With node names kpe needs its caches anyway; rules that do not read nodeInfo need nothing.
+    assert run("--policies", path, "--insecure")[0] == EXIT_OK
+    (tmp_path / "plain").mkdir()
+    assert run("--policies", write_policies(tmp_path / "plain", policy("plain", FILTER)), "--no-node-cache-capable", "--insecure")[0] == EXIT_OK
+    assert capsys.readouterr().err == ""
+
+
+def test_the_shipped_policies_reading_node_info_are_named() -> None:
+    from engine.loader import load
+    from server.schedulerconfig import node_info_rules
+
+    assert node_info_rules(load([ROOT / "policies"])) == ["bin-packing/cpu-fullness", "bin-packing/memory-fullness", "gpu-placement/enough-free-gpus", "gpu-placement/preemption.node"]
 
 
 # -- managedResources -------------------------------------------------------------------
