@@ -178,7 +178,8 @@ class _PolicyCompiler:
             reads_node = bool(expr.program.free_variables & set(NODE_SCOPE)) or any(
                 self.variables[v].node_scoped for v in expr.variables
             )
-            self.variables[raw["name"]] = Variable(raw["name"], expr, reads_node)
+            reads_info = "nodeInfo" in expr.program.free_variables or any(self.variables[v].reads_node_info for v in expr.variables)
+            self.variables[raw["name"]] = Variable(raw["name"], expr, reads_node, reads_info)
         filters = []
         for i, raw in enumerate(spec.get("filters") or []):
             expr = self.expression(("spec", "filters", i, "expression"), "filter")
@@ -187,7 +188,11 @@ class _PolicyCompiler:
                 msg_expr = self.expression(("spec", "filters", i, "messageExpression"), "message", scope_of="filter")
             if expr is not None:
                 message = raw.get("message") or f"rejected by {raw['name']}"
-                filters.append(FilterRule(raw["name"], expr, message, msg_expr, bool(raw.get("unresolvable", False))))
+                declared = bool(raw.get("unresolvable", False))
+                reads_info = "nodeInfo" in expr.program.free_variables or any(
+                    self.variables[v].reads_node_info for v in expr.variables if v in self.variables
+                )
+                filters.append(FilterRule(raw["name"], expr, message, msg_expr, declared or not reads_info, declared, reads_info))
         scores = []
         for i, raw in enumerate(spec.get("scores") or []):
             expr = self.expression(("spec", "scores", i, "expression"), "score")

@@ -19,7 +19,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "variable": NODE_SCOPE + POD_SCOPE,
     "filter": NODE_SCOPE + POD_SCOPE,
     "score": NODE_SCOPE + POD_SCOPE,
-    "admission": POD_SCOPE + ("nodes", "pods"),
+    "admission": POD_SCOPE + ("nodes", "pods", "admitted"),
     "victim": NODE_SCOPE + POD_SCOPE + ("victim",),
     "preemption-node": NODE_SCOPE + POD_SCOPE + ("victims",),
 }
@@ -48,15 +48,24 @@ class Variable:
     name: str
     expression: Expression
     node_scoped: bool
+    reads_node_info: bool = False  # directly or through other variables
 
 
 @dataclass(frozen=True)
 class FilterRule:
+    """One filter. ``unresolvable`` is what kube-scheduler is told: true when the
+    author said so, and also when the rule cannot read ``nodeInfo`` (directly or
+    through a variable), because then no eviction can change its verdict, and a
+    preemption for it would evict pods in vain. ``declared_unresolvable`` is what
+    the author wrote."""
+
     name: str
     expression: Expression
     message: str
     message_expression: Expression | None
     unresolvable: bool
+    declared_unresolvable: bool = False
+    reads_node_info: bool = True
 
 
 @dataclass(frozen=True)

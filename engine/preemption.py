@@ -1,11 +1,19 @@
 """The preemption decision: which candidate nodes, with which victims, may be used.
 
-kube-scheduler proposes, per node, the pods it would evict. A node stays a
-candidate only if every matching Enforce policy allows the node
-(``preemption.node`` over ``victims``) and every victim on it
-(``preemption.victim``). A node with no victims is never a candidate. An
-evaluation error drops the node with failurePolicy Fail and is ignored with
-Ignore. Audit-mode policies are evaluated and reported, never applied.
+kube-scheduler proposes, per node, the pods it would evict. Its dry run
+re-runs only its own filters, never an extender's, so a node kpe's filters
+reject would have its victims evicted in vain. A node therefore stays a
+candidate only if
+
+1. every matching policy's filters pass on it with the victims taken out of
+   ``nodeInfo`` (exactly the filter decision, run on the node as it would be
+   after the evictions), and
+2. every matching Enforce policy allows the node (``preemption.node`` over
+   ``victims``) and every victim on it (``preemption.victim``).
+
+A node with no victims is never a candidate. An evaluation error drops the
+node with failurePolicy Fail and is ignored with Ignore. Audit-mode policies
+are evaluated and reported, never applied.
 """
 
 from __future__ import annotations
@@ -16,7 +24,8 @@ from typing import Any
 
 from . import cel
 from .evaluation import matching_scopes, request_inputs, run_rule
-from .filtering import NO_NODE_INFO, RuleEvent
+from .filtering import NO_NODE_INFO, RuleEvent, filter_nodes
+from .nodeinfo import NodeInfoAccumulator, pod_key
 from .policy import PolicySet
 
 
@@ -27,6 +36,7 @@ class PreemptionResult:
     rejected: dict[str, str] = field(default_factory=dict)
     errors: list[RuleEvent] = field(default_factory=list)
     audit_rejections: list[RuleEvent] = field(default_factory=list)
+    rejections: dict[str, int] = field(default_factory=dict)  # "policy/rule" -> candidate nodes it dropped
 
 
 def victim_name(victim: Mapping[str, Any]) -> str:
@@ -45,10 +55,16 @@ def preempt(
 ) -> PreemptionResult:
     """Keep the candidate nodes (and their victims) that every policy allows."""
     result = PreemptionResult(policy_set.generation)
-    scopes = [s for s in matching_scopes(policy_set, pod, request_inputs(pod, now)) if s.policy.preemption]
+    inputs = request_inputs(pod, now)
+    matching = matching_scopes(policy_set, pod, inputs)
+    scopes = [s for s in matching if s.policy.preemption]
+    refiltered = _filters_after_evictions(policy_set, pod, candidates, matching, result, nodes=nodes or {}, node_info=node_info, now=inputs["now"])
     for name, victims in candidates.items():
         if not victims:
             result.rejected[name] = "no victims: preemption would not free anything on this node"
+            continue
+        if name in refiltered:
+            result.rejected[name] = refiltered[name]
             continue
         node = (nodes or {}).get(name)
         info = node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO
@@ -86,6 +102,68 @@ def preempt(
                 break
         if reason:
             result.rejected[name] = reason
+            label = reason.split(":", 1)[0]
+            result.rejections[label] = result.rejections.get(label, 0) + 1
         else:
             result.candidates[name] = list(victims)
     return result
+
+
+AFTER_EVICTIONS = "still rejected with the victims evicted: "
+
+
+def _filters_after_evictions(
+    policy_set: PolicySet,
+    pod: Mapping[str, Any],
+    candidates: Mapping[str, Sequence[Mapping[str, Any]]],
+    matching: Sequence[Any],
+    result: PreemptionResult,
+    *,
+    nodes: Mapping[str, Mapping[str, Any]],
+    node_info: Mapping[str, Any] | None,
+    now: Any,
+) -> dict[str, str]:
+    """The candidate nodes the filters still reject once the victims are gone,
+    with the reason. Runs the filter decision itself (same order, messages,
+    failurePolicy and Audit handling) on ``nodeInfo`` without the victims."""
+    enforced = [s for s in matching if s.policy.enforce and s.policy.filters]
+    if not any(s.policy.filters for s in matching):
+        return {}
+    rejected: dict[str, str] = {}
+    known: list[Mapping[str, Any]] = []
+    after: dict[str, Any] = {}
+    for name, victims in candidates.items():
+        if not victims:
+            continue
+        node = nodes.get(name)
+        if node is None:
+            # No node object, no filter verdict: an unknown answer is an error, and
+            # failurePolicy decides, as for any rule that cannot be evaluated.
+            if any(s.policy.fail_closed for s in enforced):
+                policy = next(s.policy for s in enforced if s.policy.fail_closed)
+                rejected[name] = f"{policy.name}: node {name} is not in kpe's node cache, so its filters cannot be checked after the evictions"
+            continue
+        known.append(node)
+        if node_info is not None:
+            after[name] = without_victims(node_info.get(name), victims)
+    if not known:
+        return rejected
+    verdict = filter_nodes(policy_set, pod, known, node_info=after if node_info is not None else None, now=now)
+    result.errors.extend(verdict.errors)
+    result.audit_rejections.extend(verdict.audit_rejections)
+    for label, n in verdict.rejections.items():
+        result.rejections[label] = result.rejections.get(label, 0) + n
+    for name, reason in {**verdict.failed, **verdict.unresolvable}.items():
+        rejected[name] = AFTER_EVICTIONS + reason
+    return rejected
+
+
+def without_victims(info: Mapping[str, Any] | None, victims: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``nodeInfo`` as it would be once ``victims`` are evicted."""
+    gone = {pod_key(v) for v in victims}
+    acc = NodeInfoAccumulator()
+    for p in (info or {}).get("pods") or []:
+        key = pod_key(p)
+        if key not in gone:
+            acc.add(key, p)
+    return acc.view()

@@ -33,6 +33,9 @@ class Metrics:
             "kpe_equivalence_cache_nodes_total", "Nodes answered from the equivalence cache (hit) or evaluated (miss), per verb", ["verb", "result"], registry=r
         )
         self.rejections = Counter("kpe_node_rejections_total", "Nodes rejected per policy and rule", ["policy", "rule"], registry=r)
+        self.preemption_rejections = Counter(
+            "kpe_preemption_rejections_total", "Preemption candidate nodes dropped per policy and rule", ["policy", "rule"], registry=r
+        )
         self.reloads = Counter("kpe_policy_reloads_total", "Policy reloads by result (success, failure, unchanged)", ["result"], registry=r)
         self.generation = Gauge("kpe_policy_generation_info", "The serving policy generation (value 1)", ["generation"], registry=r)
         self.policies = Gauge("kpe_policies", "Policies in the serving set", registry=r)
@@ -86,11 +89,12 @@ class Metrics:
             if not seen and not total:
                 self.reloads.labels(result)  # shown as 0 from the start, so rate() has a baseline
 
-    def count_rejections(self, per_rule: dict[str, int]) -> None:
-        """Count rejected nodes per ``policy/rule``, one metric update per rule."""
+    def count_rejections(self, per_rule: dict[str, int], *, preemption: bool = False) -> None:
+        """Count rejected nodes (or dropped preemption candidates) per ``policy/rule``, one metric update per rule."""
+        counter = self.preemption_rejections if preemption else self.rejections
         for label, n in per_rule.items():
             policy, _, rule = label.partition("/")
-            self.rejections.labels(policy, rule).inc(n)
+            counter.labels(policy, rule).inc(n)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

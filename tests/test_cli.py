@@ -80,7 +80,7 @@ spec:
   cases:
   - name: workers pass
     pod: web
-    expect: {filter: {pass: [w1], fail: {m1: "only-workers/worker: not a worker node"}}}
+    expect: {filter: {pass: [w1], unresolvable: {m1: "only-workers/worker: not a worker node"}}}
   - name: wrong expectation
     pod: web
     expect: {filter: {pass: [w1, m1]}}

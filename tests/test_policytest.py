@@ -67,8 +67,8 @@ def test_met_expectations_pass(tmp_path: Path) -> None:
             matched: [ssd-only]
             filter:
               pass: [fast]
-              fail: {slow: "ssd-only/ssd: node slow has no SSD"}
-              unresolvable: {cordoned: {contains: cordoned}}
+              fail: {}
+              unresolvable: {slow: "ssd-only/ssd: node slow has no SSD", cordoned: {contains: cordoned}}
             score: {order: [fast, slow], values: {fast: 10, slow: 2}}
             admission: {admitted: true, gates: [kpe.dev/ssd-only], pending: []}
         """)
@@ -83,10 +83,10 @@ def test_a_wrong_reason_yields_a_mismatch_with_expected_and_actual(tmp_path: Pat
           pod: db
           nodes: [slow]
           expect:
-            filter: {fail: {slow: "ssd-only/ssd: no SSD"}}
+            filter: {unresolvable: {slow: "ssd-only/ssd: no SSD"}}
         """))
     assert not result.passed and result.error is None
-    assert result.failures == [Mismatch("filter.fail[slow]", "ssd-only/ssd: no SSD", "ssd-only/ssd: node slow has no SSD")]
+    assert result.failures == [Mismatch("filter.unresolvable[slow]", "ssd-only/ssd: no SSD", "ssd-only/ssd: node slow has no SSD")]
     assert "expected 'ssd-only/ssd: no SSD', got 'ssd-only/ssd: node slow has no SSD'" in result.render()
 
 
@@ -96,12 +96,12 @@ def test_a_node_failing_unexpectedly_or_passing_unexpectedly_is_a_mismatch(tmp_p
           pod: db
           nodes: [fast, slow]
           expect:
-            filter: {pass: [slow], fail: {fast: {contains: SSD}}}
+            filter: {pass: [slow], unresolvable: {fast: {contains: SSD}}}
         """))
     assert sorted(result.failures, key=lambda m: m.what) == [
-        Mismatch("filter.fail[fast]", {"contains": "SSD"}, "passed"),
-        Mismatch("filter.fail[slow]", None, "ssd-only/ssd: node slow has no SSD"),
         Mismatch("filter.pass", ["slow"], ["fast"]),
+        Mismatch("filter.unresolvable[fast]", {"contains": "SSD"}, "passed"),
+        Mismatch("filter.unresolvable[slow]", None, "ssd-only/ssd: node slow has no SSD"),
     ]
     assert "expected a reason containing 'SSD', got 'passed'" in result.render()
 
@@ -222,7 +222,7 @@ def test_now_is_passed_to_the_policies(tmp_path: Path) -> None:
     head = HEAD.replace("policies: [ssd-only.yaml]", "policies: [late.yaml]\n  now: \"2031-01-01T00:00:00Z\"")
     results = run_test_files([write_test(tmp_path, """\
         - {name: spec now, pod: db, nodes: [fast], expect: {filter: {pass: [fast]}}}
-        - {name: case now, pod: db, nodes: [fast], now: "2029-01-01T00:00:00Z", expect: {filter: {fail: {fast: "late/after: too early"}}}}
+        - {name: case now, pod: db, nodes: [fast], now: "2029-01-01T00:00:00Z", expect: {filter: {unresolvable: {fast: "late/after: too early"}}}}
         """, head=head)])
     assert all(r.passed for r in results), [r.render() for r in results]
 
@@ -250,5 +250,5 @@ def test_junit_output_parses_and_counts_failures_and_errors(tmp_path: Path) -> N
 def test_a_reason_matches_exactly_or_by_containing_text(tmp_path: Path, reason: object, ok: bool) -> None:
     import json
 
-    result = run_one(write_test(tmp_path, f"- {{name: r, pod: db, nodes: [slow], expect: {{filter: {{fail: {{slow: {json.dumps(reason)}}}}}}}}}\n"))
+    result = run_one(write_test(tmp_path, f"- {{name: r, pod: db, nodes: [slow], expect: {{filter: {{unresolvable: {{slow: {json.dumps(reason)}}}}}}}}}\n"))
     assert result.passed is ok

@@ -40,7 +40,8 @@ def expected_filter(pod: dict[str, Any], node: dict[str, Any]) -> tuple[str, str
     if labels.get("app") == "web" and node["metadata"]["labels"].get("gpu") == "true":
         return "unresolvable", "web-off-gpu/no-gpu: web pods never run on GPU nodes"
     if labels.get("team") == "c" and node["metadata"]["name"] == "node-3":
-        return "fail", "team-c-placement/not-node-3: team c stays off node-3"
+        # The rule cannot read nodeInfo, so no eviction could help: unresolvable, though not declared so.
+        return "unresolvable", "team-c-placement/not-node-3: team c stays off node-3"
     return "pass", ""
 
 
@@ -130,7 +131,7 @@ def test_decisions_and_policies_are_introspectable(kpe: str) -> None:
     request = capture(WIRE / "0017-18081-filter.json")["request"]
     httpx.post(kpe + "/scheduler/filter", json=request)
     recent = httpx.get(kpe + "/apis/v1/decisions", params={"verb": "filter", "pod": "demo/batch-4"}).json()["decisions"]
-    assert recent and recent[0]["failed"] == {"node-3": "team-c-placement/not-node-3: team c stays off node-3"}
+    assert recent and recent[0]["unresolvable"] == {"node-3": "team-c-placement/not-node-3: team c stays off node-3"}
     policies = httpx.get(kpe + "/apis/v1/policies").json()
     assert [p["name"] for p in policies["policies"]] == ["prefer-zone-1", "protect-batch-1", "team-c-placement", "web-off-gpu"]
     assert policies["lastLoad"]["ok"] is True
