@@ -197,6 +197,7 @@ async def handle_preempt(request: Request, state: ServerState) -> Response:
     result = preempt(policy_set, args.pod, candidates, nodes={k: v for k, v in nodes.items() if v is not None}, node_info=state.node_info())
     rejected.update(result.rejected)
     state.metrics.count_rules("preemption", [], result.errors, result.audit_rejections)
+    state.metrics.count_rejections(result.rejections, preemption=True)
     kept = {node: [str((v.get("metadata") or {}).get("uid", "")) for v in victims] for node, victims in result.candidates.items()}
     if args.meta_victims is not None:
         # Answer only UIDs the scheduler sent, in its order.
@@ -215,6 +216,11 @@ async def handle_bind(request: Request, state: ServerState) -> Response:
         return json_response({"Error": "kpe has no cluster access, so it cannot bind pods: remove bindVerb or give kpe credentials"})
     from .kube import ApiError
 
+    missing = await _missing_node(state, args.node)
+    if missing:
+        state.metrics.binds.labels("error").inc()
+        state.decisions.record("bind", pod, state.store.current.generation, node=args.node, error=missing)
+        return json_response({"Error": missing})
     try:
         await state.client.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
     except ApiError as exc:
@@ -224,6 +230,27 @@ async def handle_bind(request: Request, state: ServerState) -> Response:
     state.metrics.binds.labels("bound").inc()
     state.decisions.record("bind", pod, state.store.current.generation, node=args.node, error="")
     return json_response({"Error": ""})
+
+
+async def _missing_node(state: ServerState, node: str) -> str:
+    """Why ``node`` cannot take a pod ("" when it can). The API server accepts a
+    Binding to any name, existing or not, and a pod bound to a node that is gone
+    stays stuck for good: so kpe checks its cache, and asks the API server before
+    refusing a node the cache may simply not have seen yet."""
+    from .kube import ApiError
+
+    assert state.client is not None
+    known = state.cache.node(node) if state.cache is not None else None
+    if known is None:
+        try:
+            known = await state.client.get_node(node)
+        except ApiError as exc:
+            if exc.status == 404:
+                return f"kpe: node {node} does not exist (the API server has no such node); not binding to it"
+            return f"kpe: cannot check that node {node} exists: {exc.message or exc.reason}; not binding to it"
+    if (known.get("metadata") or {}).get("deletionTimestamp"):
+        return f"kpe: node {node} is being deleted; not binding to it"
+    return ""
 
 
 async def handle_admit(request: Request, state: ServerState) -> Response:

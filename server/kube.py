@@ -250,6 +250,9 @@ class KubeClient:
         binding = {"apiVersion": "v1", "kind": "Binding", "metadata": meta, "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         await self._call("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body=binding)
 
+    async def get_node(self, name: str) -> Obj:
+        return await self._call("GET", f"/api/v1/nodes/{name}")
+
     async def get_pod(self, namespace: str, name: str) -> Obj:
         return await self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
 

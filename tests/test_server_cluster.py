@@ -127,6 +127,15 @@ def test_bind_creates_a_binding_and_returns_the_api_message_on_conflict(cluster:
     assert "already assigned to node" in again["Error"]
 
 
+def test_bind_to_a_node_that_does_not_exist_is_refused_with_an_error_naming_the_node(cluster: tuple[str, FakeApiServer]) -> None:
+    url, api = cluster
+    pod = api.state.add_pod({"metadata": {"name": "orphan", "namespace": "demo"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    request = {"PodName": "orphan", "PodNamespace": "demo", "PodUID": pod["metadata"]["uid"], "Node": "node-gone"}
+    answer = httpx.post(url + "/scheduler/bind", json=request).json()
+    assert answer == {"Error": "kpe: node node-gone does not exist (the API server has no such node); not binding to it"}
+    assert not api.state.get_pod("demo", "orphan")["spec"].get("nodeName")
+
+
 def test_after_the_first_sync_the_cached_objects_are_out_of_the_collectors_way(tmp_path: Path) -> None:
     import gc
 
