@@ -5,6 +5,12 @@ A matching Enforce policy with an ``admission`` section contributes one gate
 when the expression is true; an evaluation error keeps it with failurePolicy
 Fail and lifts it with Ignore. Audit-mode policies are evaluated and reported
 but never add or hold a gate.
+
+Besides ``nodes`` and ``pods`` (kpe's whole view of the cluster), an admission
+expression sees ``admitted``: the pods kpe's gates no longer hold back, bound
+or still waiting for the scheduler, and not finished. A quota counted over
+``admitted`` includes the pods released a moment ago that no node holds yet,
+which a count of bound pods misses during a burst.
 """
 
 from __future__ import annotations
@@ -15,7 +21,47 @@ from typing import Any
 
 from . import cel
 from .evaluation import PolicyScope, matching_scopes, request_inputs, run_rule
+from .nodeinfo import is_active
 from .policy import PolicySet
+
+# The webhook records the gates it adds here (comma-separated); kpe lifts only those.
+GATES_ANNOTATION = "kpe.dev/gates"
+
+
+def gate_names(pod: Mapping[str, Any]) -> list[str]:
+    """The pod's scheduling gates, whoever added them."""
+    spec = pod.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    return [g["name"] for g in gates or [] if isinstance(g, Mapping) and "name" in g]
+
+
+def kpe_gates(pod: Mapping[str, Any]) -> set[str]:
+    """The gates kpe may lift on this pod: the ones its webhook recorded adding.
+    A gate of the same name put there by anyone else is theirs to lift, and a
+    recorded gate whose policy is gone is lifted at the next pass."""
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    recorded = annotations.get(GATES_ANNOTATION, "") if isinstance(annotations, Mapping) else ""
+    return {g for g in str(recorded).split(",") if g}
+
+
+def held_by_kpe(pod: Mapping[str, Any]) -> bool:
+    """True while one of kpe's gates holds the pod back from the scheduler."""
+    mine = kpe_gates(pod)
+    return bool(mine) and any(g in mine for g in gate_names(pod))
+
+
+def is_admitted(pod: Mapping[str, Any]) -> bool:
+    """Past kpe's admission: bound, or held by none of kpe's gates; and not finished."""
+    if not is_active(pod):
+        return False
+    spec = pod.get("spec")
+    return bool(isinstance(spec, Mapping) and spec.get("nodeName")) or not held_by_kpe(pod)
+
+
+def admitted_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``admitted`` for admission expressions (see the module docstring)."""
+    return [p for p in pods if is_admitted(p)]
 
 
 @dataclass
@@ -66,11 +112,16 @@ def admit(
     *,
     nodes: Sequence[Mapping[str, Any]] = (),
     pods: Sequence[Mapping[str, Any]] = (),
+    admitted: Sequence[Mapping[str, Any]] | None = None,
     now: Any = None,
 ) -> AdmissionResult:
-    """Evaluate every matching admission rule for ``pod`` against a cluster view."""
+    """Evaluate every matching admission rule for ``pod`` against a cluster view.
+    ``admitted`` defaults to the admitted ones among ``pods``; the gate controller
+    passes its own, which also holds the pods it released since the cache last heard."""
     result = AdmissionResult(policy_set.generation)
-    fixed = request_inputs(pod, now, nodes=list(nodes), pods=list(pods))
+    fixed = request_inputs(
+        pod, now, nodes=list(nodes), pods=list(pods), admitted=list(admitted) if admitted is not None else admitted_pods(pods)
+    )
     for scope in matching_scopes(policy_set, pod, fixed):
         admission = scope.policy.admission
         if admission is None:

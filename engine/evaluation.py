@@ -15,7 +15,7 @@ from .cel.runtime import Unbound
 from .policy import Expression, Policy, PolicySet
 
 # Names fixed for a whole request (one pod), as opposed to per node or victim.
-POD_LEVEL = frozenset(("pod", "params", "now", "nodes", "pods"))
+POD_LEVEL = frozenset(("pod", "params", "now", "nodes", "pods", "admitted"))
 
 
 def current_time() -> Any:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from engine.admission import admit
+from engine.admission import admit, gate_names, held_by_kpe, is_admitted, kpe_gates
+from engine.nodeinfo import pod_key
 from engine.policy import PolicySet
 
 from .kube import ApiError
@@ -42,21 +43,6 @@ class HeldPod:
     since: float = 0.0
 
 
-def gate_names(pod: dict[str, Any]) -> list[str]:
-    return [g["name"] for g in (pod.get("spec") or {}).get("schedulingGates") or [] if isinstance(g, dict) and "name" in g]
-
-
-GATES_ANNOTATION = "kpe.dev/gates"
-
-
-def kpe_gates(pod: dict[str, Any]) -> set[str]:
-    """The gates kpe may lift on this pod: the ones its webhook recorded adding.
-    A gate of the same name put there by anyone else is theirs to lift, and a
-    recorded gate whose policy is gone is lifted at the next pass."""
-    recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(GATES_ANNOTATION, "")
-    return {g for g in recorded.split(",") if g}
-
-
 def created_at(pod: dict[str, Any]) -> float:
     text = (pod.get("metadata") or {}).get("creationTimestamp")
     if not text:
@@ -74,14 +60,18 @@ class GateController:
         self.debounce = debounce_s
         self.held: dict[str, HeldPod] = {}
         self.released = 0
+        # Pods this controller released (as the API answered the patch) until the
+        # cache shows the release: without them, the next pass would not count them
+        # as admitted and could release past a quota.
+        self.unseen_releases: dict[str, dict[str, Any]] = {}
 
     # -- decisions -------------------------------------------------------------
-    def plan(self, policy_set: PolicySet, pod: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[list[str], dict[str, str]]:
+    def plan(self, policy_set: PolicySet, pod: dict[str, Any], view: ClusterView) -> tuple[list[str], dict[str, str]]:
         """(kpe gates to lift now, messages of the kpe gates that stay)."""
         present = [g for g in gate_names(pod) if g in kpe_gates(pod)]
         if not present:
             return [], {}
-        decisions = {d.gate: d for d in admit(policy_set, pod, nodes=nodes, pods=pods).decisions if not d.audit}
+        decisions = {d.gate: d for d in admit(policy_set, pod, nodes=view.nodes, pods=view.pods, admitted=view.admitted).decisions if not d.audit}
         lift, keep = [], {}
         for gate in present:
             decision = decisions.get(gate)
@@ -96,23 +86,38 @@ class GateController:
                 keep[gate] = decision.message
         return lift, keep
 
-    async def reconcile(self) -> int:
-        """One pass over the cached pods; returns how many gates were lifted."""
+    def view(self) -> ClusterView:
+        """The cache's pods with this controller's releases the cache has not shown yet."""
         cache = self.state.cache
         assert cache is not None
+        pods = cache.pods()
+        if self.unseen_releases:
+            overlay = self.unseen_releases
+            current = {pod_key(p): p for p in pods}
+            for key in [k for k in overlay if k not in current or _caught_up(current[k], overlay[k])]:
+                del overlay[key]  # deleted, or the cache has heard of the release (or something newer)
+            pods = [overlay.get(pod_key(p), p) for p in pods]
+        return ClusterView(cache.nodes(), pods, [p for p in pods if is_admitted(p)])
+
+    async def reconcile(self) -> int:
+        """One pass over the gated pods, oldest first; returns how many gates were lifted.
+        Each decision sees the pods released before it in this pass, so a burst of
+        pods judged together cannot all fit into the same free quota."""
         policy_set = self.state.store.current
-        nodes, pods = cache.nodes(), cache.pods()
+        view = self.view()
         lifted = 0
         seen: set[str] = set()
-        for pod in pods:
-            if (pod.get("spec") or {}).get("nodeName") or not any(g in kpe_gates(pod) for g in gate_names(pod)):
-                continue
+        gated = sorted((p for p in view.pods if not (p.get("spec") or {}).get("nodeName") and held_by_kpe(p)), key=admission_order)
+        for pod in gated:
             meta = pod.get("metadata") or {}
             key = f"{meta.get('namespace', 'default')}/{meta.get('name')}"
             seen.add(key)
-            lift, keep = self.plan(policy_set, pod, nodes, pods)
+            lift, keep = self.plan(policy_set, pod, view)
             if lift:
-                lifted += await self.lift(policy_set, pod, lift)
+                count, after = await self.lift(policy_set, pod, lift, view)
+                lifted += count
+                if after is not None:
+                    self._released(view, after)
             if keep:
                 held = self.held.setdefault(key, HeldPod(meta.get("namespace", "default"), str(meta.get("name")), since=created_at(pod)))
                 held.gates = keep
@@ -123,8 +128,18 @@ class GateController:
         self._export_gauges(policy_set)
         return lifted
 
-    async def lift(self, policy_set: PolicySet, pod: dict[str, Any], gates: list[str]) -> int:
-        """Remove ``gates`` (re-reading and re-deciding on conflicts)."""
+    def _released(self, view: ClusterView, pod: dict[str, Any]) -> None:
+        """Count a pod the API just answered for as released in this pass and later ones."""
+        key = pod_key(pod)
+        self.unseen_releases[key] = pod
+        view.pods = [pod if pod_key(p) == key else p for p in view.pods]
+        view.admitted = [p for p in view.admitted if pod_key(p) != key]
+        if is_admitted(pod):
+            view.admitted.append(pod)
+
+    async def lift(self, policy_set: PolicySet, pod: dict[str, Any], gates: list[str], view: ClusterView) -> tuple[int, dict[str, Any] | None]:
+        """Remove ``gates`` (re-reading and re-deciding on conflicts): how many were
+        lifted, and the pod as the API answered the patch."""
         client = self.state.client
         assert client is not None
         meta = pod.get("metadata") or {}
@@ -141,24 +156,22 @@ class GateController:
                 {"op": "replace", "path": "/spec/schedulingGates", "value": remaining},
             ]
             try:
-                await client.patch_pod(namespace, name, patch)
+                after = await client.patch_pod(namespace, name, patch)
             except ApiError as exc:
                 if exc.status == 404:
-                    return 0
+                    return 0, None
                 if exc.status not in (409, 422):
                     log.warning("could not lift gates of %s/%s: %s", namespace, name, exc)
-                    return 0
+                    return 0, None
                 try:
                     pod = await client.get_pod(namespace, name)
                 except ApiError as read_error:
                     if read_error.status == 404:
-                        return 0
+                        return 0, None
                     raise
-                cache = self.state.cache
-                assert cache is not None
-                gates, _ = self.plan(policy_set, pod, cache.nodes(), cache.pods())
+                gates, _ = self.plan(policy_set, pod, view)
                 if not gates:
-                    return 0
+                    return 0, None
                 continue
             waited = max(0.0, time.time() - created_at(pod))
             for gate in gates:
@@ -166,8 +179,8 @@ class GateController:
                 self.state.metrics.gate_wait.labels(policy.name if policy else "unknown").observe(waited)
                 await self._event(pod, gate, policy.name if policy else "(removed policy)", waited)
             self.released += len(gates)
-            return len(gates)
-        return 0
+            return len(gates), after if isinstance(after, dict) and after.get("metadata") else None
+        return 0, None
 
     async def _event(self, pod: dict[str, Any], gate: str, policy: str, waited: float) -> None:
         client = self.state.client
@@ -230,6 +243,30 @@ class GateController:
             await _first(stop, changed, reloaded, timeout=self.resync)
             if not stop.is_set():
                 await asyncio.sleep(self.debounce)  # let a burst of changes settle
+
+
+@dataclass
+class ClusterView:
+    """What one reconcile pass decides against: nodes, pods and the admitted pods."""
+
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    admitted: list[Any]
+
+
+def admission_order(pod: dict[str, Any]) -> tuple[str, str, str]:
+    """Oldest first (creationTimestamp is RFC 3339 in UTC, so it sorts as text), then by name."""
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("creationTimestamp") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _caught_up(cached: dict[str, Any], released: dict[str, Any]) -> bool:
+    """Whether the cache's copy is at least as new as the one the patch returned."""
+    have = str((cached.get("metadata") or {}).get("resourceVersion") or "")
+    mine = str((released.get("metadata") or {}).get("resourceVersion") or "")
+    if have.isdigit() and mine.isdigit():
+        return int(have) >= int(mine)
+    return have == mine or not held_by_kpe(cached)
 
 
 async def _first(*events: asyncio.Event, timeout: float) -> None:

@@ -19,16 +19,13 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engine.admission import admit
+from engine.admission import GATES_ANNOTATION, admit
 
 from .extender import HTTPProblem, json_response, read_json
 from .state import ServerState
 
 log = logging.getLogger("kpe.webhook")
 REVIEW_VERSION = "admission.k8s.io/v1"
-
-
-GATES_ANNOTATION = "kpe.dev/gates"
 
 
 def gate_patch(pod: dict[str, Any], gates: list[str]) -> list[dict[str, Any]]:
