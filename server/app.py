@@ -141,6 +141,11 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
             state.cache = ClusterCache(state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s)
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
             tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
+            if settings.requeue_rate > 0:
+                from .requeue import Requeuer
+
+                state.requeue = Requeuer(rate=settings.requeue_rate)
+                tasks.append(asyncio.create_task(state.requeue.run(state, stop), name="requeue-after-reload"))
             if any(p.admission is not None for p in store.current.policies) or settings.gate_resync_s > 0:
                 tasks += start_gate_controller(state, stop)
         log.info("kpe serving", extra={"generation": store.current.generation, "prefix": settings.prefix, "cluster": state.client is not None})

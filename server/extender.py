@@ -132,6 +132,11 @@ async def handle_filter(request: Request, state: ServerState) -> Response:
         failed = result.failed
     state.metrics.count_rules("filter", result.rule_counts, result.errors, result.audit_rejections)
     state.metrics.count_rejections(result.rejections)
+    if state.requeue is not None:
+        if failed or result.unresolvable:
+            state.requeue.remember(args.pod, policy_set.generation)
+        else:
+            state.requeue.forget(args.pod)
     if args.nodes is not None:
         passed = set(result.passed)
         answer = filter_result(

@@ -260,6 +260,10 @@ class KubeClient:
         """A JSONPatch; put a ``test`` op first to make it conflict-safe (422 when it fails)."""
         return await self._call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch, content_type="application/json-patch+json")
 
+    async def merge_patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
+        """A JSON merge patch (for a plain annotation change)."""
+        return await self._call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch, content_type="application/merge-patch+json")
+
     async def create_event(self, namespace: str, event: Obj) -> Obj:
         group = "/apis/events.k8s.io/v1" if event.get("apiVersion") == "events.k8s.io/v1" else "/api/v1"
         return await self._call("POST", f"{group}/namespaces/{namespace}/events", body=event)

@@ -54,6 +54,13 @@ class Settings:
             "going first (0.3 to 0.6 MB per class per 1,000 nodes; 0 turns the equivalence cache off)"
         },
     )
+    requeue_rate: float = field(
+        default=50.0,
+        metadata={
+            "help": "after a policy reload, touch at most this many pending pods a second that kpe rejected under the old set, "
+            "so kube-scheduler retries them (0 turns it off)"
+        },
+    )
     relist_backoff_max_s: float = field(default=30.0, metadata={"help": "longest wait between retries when the API server fails"})
 
     @property
@@ -74,6 +81,8 @@ class Settings:
             problems.append(f"--prefix must start with '/', not {self.prefix!r}")
         if self.equivalence_classes < 0:
             problems.append("--equivalence-classes must be 0 (off) or more")
+        if self.requeue_rate < 0:
+            problems.append("--requeue-rate must be 0 (off) or more")
         if self.max_body_bytes <= 0:
             problems.append("--max-body-bytes must be positive")
         return problems

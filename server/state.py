@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .certificate import ServingCertificate
     from .gates import GateController
     from .kube import KubeClient
+    from .requeue import Requeuer
 
 log = logging.getLogger("kpe.decisions")
 
@@ -35,6 +36,7 @@ class ServerState:
     elector: Any = None  # LeaderElector when the gate controller runs
     equivalence: EquivalenceCache = field(default_factory=EquivalenceCache)
     certificate: ServingCertificate | None = None  # with --tls-cert: reloaded when its files change
+    requeue: Requeuer | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
 
     def node_info(self) -> Mapping[str, Any] | None:
         return self.cache.node_info if self.cache is not None else None

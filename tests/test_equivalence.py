@@ -210,7 +210,7 @@ def test_replicas_share_results_but_a_policy_reading_the_name_tells_one_apart() 
     assert seventh["metadata"]["name"].endswith("-7")
     result = same_filter(policies, seventh, nodes, info, at(9), memo)
     assert result.memo_hits == 0, "zz-named reads pod.metadata.name, so trainer-7 is a class of its own"
-    assert any("replica 7 stays off GPU nodes" in reason for reason in result.failed.values())
+    assert any("replica 7 stays off GPU nodes" in reason for reason in result.unresolvable.values())
 
 
 @pytest.mark.any_hour
@@ -236,7 +236,7 @@ def test_a_rule_that_reads_now_runs_on_every_request_unless_its_clock_free_part_
     assert office_hours_runs(4) == day_nodes_reaching_it
     night = same_filter(policies, next(stream), nodes, info, at(3), memo)
     day = same_filter(policies, next(stream), nodes, info, at(9), memo)
-    assert any("day nodes sleep" in r for r in night.failed.values())
+    assert any("day nodes sleep" in r for r in night.unresolvable.values())
     assert not any("day nodes sleep" in r for r in day.failed.values())
 
 

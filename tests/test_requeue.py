@@ -1,0 +1,70 @@
+"""Requeue after a reload: the pending pods kpe rejected under the old policy set are
+touched, so kube-scheduler retries them; bound, deleted and still-accepted pods are not."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from server.app import create_app
+from server.settings import Settings
+
+from .fakeapi import FakeApiServer
+from .serving import serve
+
+POLICY = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {{name: pool}}
+spec:
+  filters:
+  - {{name: pool, expression: "node.metadata.?labels[?'pool'].orValue('') == '{pool}'", message: "not in pool {pool}"}}
+"""
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def pending(api: FakeApiServer, name: str) -> dict[str, Any]:
+    pod: dict[str, Any] = api.state.add_pod({"metadata": {"name": name, "namespace": "demo"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    return pod
+
+
+def annotation(api: FakeApiServer, name: str) -> str | None:
+    value = ((api.state.get_pod("demo", name)["metadata"].get("annotations") or {})).get("kpe.dev/requeue")
+    return str(value) if value is not None else None
+
+
+def test_a_reload_touches_the_pending_pods_the_old_set_rejected_and_nothing_else(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "pool.yaml").write_text(POLICY.format(pool="a"))
+    with FakeApiServer(bookmark_interval=0.2) as api:
+        api.state.add_node({"metadata": {"name": "b1", "labels": {"pool": "b"}}})
+        api.state.add_node({"metadata": {"name": "a1", "labels": {"pool": "a"}}})
+        rejected, accepted, bound = pending(api, "rejected"), pending(api, "accepted"), pending(api, "bound")
+        settings = Settings(policies=str(policies), kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")), cluster="on", gate_resync_s=0, reload_debounce_ms=50)
+        with serve(create_app(settings)) as url:
+            wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
+            wait_for(lambda: len(httpx.get(url + "/apis/v1/nodes/a1").json().get("pods", [])) == 0)
+            for pod, names in ((rejected, ["b1"]), (accepted, ["a1"]), (bound, ["b1"])):
+                answer = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "NodeNames": names}).json()
+                assert answer["Error"] == ""
+            api.state.bind("demo", "bound", "b1")
+            old = httpx.get(url + "/apis/v1/policies").json()["generation"]
+
+            (policies / "pool.yaml").write_text(POLICY.format(pool="b"))
+            wait_for(lambda: httpx.get(url + "/apis/v1/policies").json()["generation"] != old)
+            new = httpx.get(url + "/apis/v1/policies").json()["generation"]
+            wait_for(lambda: annotation(api, "rejected") == new)
+            # The bound one is looked at after the touched one (the order they were rejected in).
+            wait_for(lambda: 'kpe_requeued_pods_total{result="gone"} 1.0' in httpx.get(url + "/metrics").text)
+            assert 'kpe_requeued_pods_total{result="touched"} 1.0' in httpx.get(url + "/metrics").text
+            assert annotation(api, "accepted") is None and annotation(api, "bound") is None
