@@ -1,0 +1,225 @@
+"""Fixtures for the end-to-end tests: one control plane (etcd + kube-apiserver) per
+session, and per test kpe served as a user runs it (``kpe serve`` over HTTPS with
+the shipped RBAC) and kube-scheduler configured by ``kpe scheduler-config``."""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from .controlplane import (
+    BIN,
+    HOW_TO_GET,
+    REPO,
+    Api,
+    ControlPlane,
+    Process,
+    binaries_present,
+    control_plane,
+    free_port,
+    kpe_executable,
+    start,
+    wait_until,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if binaries_present():
+        return
+    skip = pytest.mark.skip(reason=HOW_TO_GET)
+    for item in items:
+        if "tests/e2e/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with control_plane(tmp_path_factory.mktemp("control-plane")) as p:
+        p.api.priority_class("e2e-low", 10)
+        p.api.priority_class("e2e-high", 1000)
+        yield p
+
+
+@pytest.fixture(scope="session")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import trustme
+
+    return trustme.CA()
+
+
+class Kpe:
+    """One ``kpe serve`` process over HTTPS."""
+
+    def __init__(self, process: Process, url: str, ca_file: Path) -> None:
+        self.process = process
+        self.url = url
+        self.ca_file = ca_file
+        self.http = httpx.Client(base_url=url, verify=ssl.create_default_context(cafile=str(ca_file)), timeout=15.0)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the /metrics samples of ``name`` that carry ``labels`` (0 when there are none)."""
+        total = 0.0
+        for line in self.http.get("/metrics").text.splitlines():
+            sample, _, value = line.rpartition(" ")
+            metric, _, rest = sample.partition("{")
+            if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def generation(self) -> str:
+        return str(self.http.get("/apis/v1/policies").json()["generation"])
+
+
+class Cluster:
+    """What one scenario runs against: the shared control plane, its own namespace and
+    nodes, kpe processes and a kube-scheduler; everything it made is removed afterwards."""
+
+    def __init__(self, plane: ControlPlane, workdir: Path, ca: Any, namespace: str) -> None:
+        self.plane = plane
+        self.api: Api = plane.api
+        self.workdir = workdir
+        self.ca = ca
+        self.namespace = namespace
+        self.policies = workdir / "policies"
+        self.policies.mkdir()
+        self.nodes: list[str] = []
+        self.kpes: list[Kpe] = []
+        self.scheduler: Process | None = None
+        self.webhook = False
+        self.ca_file = workdir / "ca.pem"
+        ca.cert_pem.write_to_path(str(self.ca_file))
+        self.api.namespace(namespace)
+
+    # -- setup ---------------------------------------------------------------
+    def write_policy(self, name: str, text: str) -> None:
+        """Write a policy file atomically (what a ConfigMap update or `mv` does)."""
+        tmp = self.policies / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, self.policies / name)
+
+    def copy_shipped(self, *names: str) -> None:
+        for name in names:
+            self.write_policy(name, (REPO / "policies" / name).read_text())
+
+    def node(self, name: str, **kw: Any) -> dict[str, Any]:
+        self.nodes.append(name)
+        return self.api.node(name, **kw)
+
+    def start_kpe(self, *, identity: str = "kpe-a", extra: tuple[str, ...] = ()) -> Kpe:
+        port = free_port()
+        cert = self.ca.issue_cert("127.0.0.1", "localhost")
+        cert_file, key_file = self.workdir / f"{identity}.crt", self.workdir / f"{identity}.key"
+        cert.cert_chain_pems[0].write_to_path(str(cert_file))
+        cert.private_key_pem.write_to_path(str(key_file))
+        argv = [kpe_executable(), "serve", "--policies", str(self.policies), "--kubeconfig", str(self.plane.kpe_kubeconfig),
+                "--cluster", "on", "--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(cert_file), "--tls-key", str(key_file),
+                "--identity", identity, "--reload-debounce-ms", "100", *extra]
+        process = start(f"kpe-{identity}", argv, self.workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        kpe = Kpe(process, f"https://127.0.0.1:{port}", self.ca_file)
+        self.kpes.append(kpe)
+
+        def ready() -> bool:
+            if not process.alive():
+                raise AssertionError("kpe exited:\n" + process.tail())
+            try:
+                return kpe.http.get("/readyz").status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, 30, "kpe /readyz")
+        return kpe
+
+    def start_scheduler(self, kpe: Kpe, *, node_cache_capable: bool = True, bind: bool = False) -> Process:
+        """kube-scheduler with exactly the configuration ``kpe scheduler-config`` prints for these policies."""
+        import subprocess
+
+        argv = [kpe_executable(), "scheduler-config", "--policies", str(self.policies), "--url", kpe.url + "/scheduler",
+                "--ca-file", str(self.ca_file), "--kubeconfig", str(self.plane.kubeconfig)]
+        argv += ["--node-cache-capable" if node_cache_capable else "--no-node-cache-capable"] + (["--bind"] if bind else [])
+        out = subprocess.run(argv, check=True, capture_output=True, text=True)
+        config = yaml.safe_load(out.stdout)
+        config["leaderElection"] = {"leaderElect": False}  # a restarted scheduler would wait up to 15 s for its Lease
+        path = self.workdir / "scheduler.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self.scheduler_config = config
+        self.scheduler = start("kube-scheduler", [str(BIN / "kube-scheduler"), "--config", str(path), "--secure-port", "0", "-v", "2"], self.workdir)
+        time.sleep(0.5)
+        assert self.scheduler.alive(), self.scheduler.tail()
+        return self.scheduler
+
+    def register_webhook(self, kpe: Kpe) -> None:
+        """deploy/webhook.yaml as shipped, pointed at this kpe with this CA and limited to this namespace."""
+        doc = yaml.safe_load((REPO / "deploy" / "webhook.yaml").read_text())
+        hook = doc["webhooks"][0]
+        hook["clientConfig"] = {"url": kpe.url + "/admission/pods", "caBundle": base64.b64encode(self.ca.cert_pem.bytes()).decode()}
+        hook["namespaceSelector"]["matchExpressions"].append({"key": "kubernetes.io/metadata.name", "operator": "In", "values": [self.namespace]})
+        doc["metadata"] = {"name": "kpe-e2e"}
+        self.api.apply("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", doc)
+        self.webhook = True
+
+    # -- observing -----------------------------------------------------------
+    def bound(self) -> dict[str, str]:
+        """Pod name -> node, for the namespace's pods that are bound and not being deleted."""
+        return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in self.api.pods(self.namespace)
+                if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")}
+
+    def evicted(self) -> list[str]:
+        """Pods the scheduler's preemption deleted (no kubelet finishes them: they keep a deletionTimestamp)."""
+        return sorted(p["metadata"]["name"] for p in self.api.pods(self.namespace) if p["metadata"].get("deletionTimestamp"))
+
+    def wait_bound(self, names: list[str], timeout: float = 30) -> dict[str, str]:
+        return dict(wait_until(lambda: (b := self.bound()) and all(n in b for n in names) and b, timeout, f"pods {names} to be bound"))
+
+    def scheduler_log(self) -> str:
+        return self.scheduler.tail(200) if self.scheduler else ""
+
+    # -- teardown ------------------------------------------------------------
+    def close(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        for kpe in self.kpes:
+            kpe.http.close()
+            kpe.process.stop()
+        if self.webhook:
+            self.api.delete("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/kpe-e2e")
+        for pod in self.api.pods(self.namespace):
+            self.api.delete(f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}", grace=0)
+        for name in self.nodes:
+            self.api.delete(f"/api/v1/nodes/{name}")
+
+
+@pytest.fixture
+def cluster(plane: ControlPlane, ca: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    import hashlib
+
+    slug = "".join(c if c.isalnum() else "-" for c in request.node.originalname.lower().removeprefix("test_"))[:24].strip("-")
+    namespace = f"e2e-{slug}-{hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:6]}"
+    c = Cluster(plane, tmp_path, ca, namespace)
+    try:
+        yield c
+    except BaseException:
+        raise
+    finally:
+        if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+            print("\n--- kube-scheduler log ---\n" + c.scheduler_log())
+            for kpe in c.kpes:
+                print(f"\n--- {kpe.process.name} log ---\n" + kpe.process.tail(80))
+        c.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, "rep_" + report.when, report)

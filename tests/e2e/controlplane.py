@@ -1,0 +1,318 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, and per scenario
+kube-scheduler and kpe, each a process of its own, stopped by PID even when a test fails.
+
+The binaries come from ``$KPE_K8S_BIN`` (default ``~/.cache/kpe-k8s/bin``); how
+to build them is in ``../shared/real-cluster/README.md``. There is no kubelet and
+no controller manager: nodes are API objects the tests create, bound pods stay
+Pending, and a deleted bound pod keeps its ``deletionTimestamp`` until it is
+deleted again with ``gracePeriodSeconds: 0`` (which is how evictions are counted).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+BIN = Path(os.environ.get("KPE_K8S_BIN") or Path.home() / ".cache" / "kpe-k8s" / "bin")
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+HOW_TO_GET = (
+    f"the control-plane binaries ({', '.join(BINARIES)}) are not in {BIN}: bring the public repository "
+    "ali-a-a/ste-kubernetes onto the machine as a bare git directory and run "
+    "../shared/real-cluster/build.sh THAT_DIR (about 6 minutes), or point KPE_K8S_BIN at them"
+)
+REPO = Path(__file__).resolve().parents[2]
+ADMIN_TOKEN = "kpe-e2e-admin-token"
+KPE_TOKEN = "kpe-e2e-kpe-token"  # a user bound only to deploy/rbac.yaml's roles, as kpe's ServiceAccount is
+
+
+def binaries_present() -> bool:
+    return all((BIN / name).is_file() and os.access(BIN / name, os.X_OK) for name in BINARIES)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll ``check`` until it returns something truthy; fail the test with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Process:
+    """One started binary, its log file, and a stop by PID that always happens."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(5)
+
+
+def start(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None) -> Process:
+    log = workdir / f"{name}.log"
+    handle = open(log, "ab")  # noqa: SIM115 - the child owns it; closed when the process is reaped
+    try:
+        popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir, env=env)
+    finally:
+        handle.close()
+    return Process(name, popen, log)
+
+
+class Api:
+    """A small synchronous client for the tests' own calls (admin token)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, verify=False, timeout=15.0)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def call(self, method: str, path: str, body: Any = None, *, ok: tuple[int, ...] = (200, 201, 202), content_type: str = "application/json", params: dict[str, Any] | None = None) -> Any:
+        response = self.http.request(method, path, json=body if content_type == "application/json" else None,
+                                     content=None if content_type == "application/json" or body is None else body,
+                                     headers={"Content-Type": content_type}, params=params)
+        if response.status_code not in ok:
+            raise AssertionError(f"{method} {path}: {response.status_code} {response.text[:500]}")
+        return response.json() if response.content else None
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.call("GET", path, **kw)
+
+    def create(self, path: str, obj: dict[str, Any], **kw: Any) -> Any:
+        return self.call("POST", path, obj, **kw)
+
+    def apply(self, path: str, obj: dict[str, Any]) -> Any:
+        """Create, or replace when it exists (for cluster-scoped fixtures shared by scenarios)."""
+        name = obj["metadata"]["name"]
+        current = self.http.get(f"{path}/{name}")
+        if current.status_code == 404:
+            return self.create(path, obj)
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": current.json()["metadata"]["resourceVersion"]}}
+        return self.call("PUT", f"{path}/{name}", obj)
+
+    def patch(self, path: str, patch: Any, *, kind: str = "merge") -> Any:
+        types = {"merge": "application/merge-patch+json", "json": "application/json-patch+json"}
+        import json
+
+        return self.call("PATCH", path, json.dumps(patch).encode(), content_type=types[kind])
+
+    def delete(self, path: str, *, grace: int | None = None, ok: tuple[int, ...] = (200, 202, 404)) -> Any:
+        params = {"gracePeriodSeconds": grace} if grace is not None else None
+        return self.call("DELETE", path, ok=ok, params=params)
+
+    # -- shapes the scenarios use ------------------------------------------------
+    def node(self, name: str, *, cpu: str = "4", memory: str = "16Gi", pods: str = "110", labels: dict[str, str] | None = None,
+             extra: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        allocatable = {"cpu": cpu, "memory": memory, "pods": pods, **(extra or {})}
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+                "spec": {"taints": taints} if taints else {}}
+        created = self.create("/api/v1/nodes", node)
+        status = {"capacity": allocatable, "allocatable": allocatable,
+                  "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "e2e",
+                                  "lastHeartbeatTime": _now(), "lastTransitionTime": _now()}]}
+        self.patch(f"/api/v1/nodes/{name}/status", {"status": status})
+        return dict(created)
+
+    def pod(self, namespace: str, name: str, *, cpu: str = "100m", labels: dict[str, str] | None = None, priority_class: str = "",
+            limits: dict[str, str] | None = None, node: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        resources: dict[str, Any] = {"requests": {"cpu": cpu, **(limits or {})}}
+        if limits:
+            resources["limits"] = dict(limits)
+        spec: dict[str, Any] = {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": resources}],
+                                "terminationGracePeriodSeconds": 30}
+        if priority_class:
+            spec["priorityClassName"] = priority_class
+        if node:
+            spec["nodeName"] = node
+        spec.update(extra or {})
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels or {}}, "spec": spec}
+        return dict(self.create(f"/api/v1/namespaces/{namespace}/pods", pod))
+
+    def pods(self, namespace: str) -> list[dict[str, Any]]:
+        return list(self.get(f"/api/v1/namespaces/{namespace}/pods")["items"])
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(self.get(f"/api/v1/namespaces/{namespace}/pods/{name}"))
+
+    def namespace(self, name: str) -> None:
+        self.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    def priority_class(self, name: str, value: int) -> None:
+        self.apply("/apis/scheduling.k8s.io/v1/priorityclasses",
+                   {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value})
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class ControlPlane:
+    """etcd and kube-apiserver; ``api`` is an admin client, ``kubeconfig`` the admin's, ``kpe_kubeconfig`` kpe's."""
+
+    workdir: Path
+    processes: list[Process] = field(default_factory=list)
+    etcd_url: str = ""
+    url: str = ""
+    api: Api = field(init=False)
+    kubeconfig: Path = field(init=False)
+    kpe_kubeconfig: Path = field(init=False)
+
+    def start(self, *, extra_apiserver_flags: tuple[str, ...] = ()) -> ControlPlane:
+        w = self.workdir
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self.processes.append(start("etcd", [
+            str(BIN / "etcd"), "--data-dir", str(w / "etcd"), "--name", "default",
+            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+        ], w))
+        wait_until(lambda: _ok(self.etcd_url + "/health"), 30, "etcd to be healthy")
+        self._keys()
+        (w / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n{KPE_TOKEN},kpe,kpe,""\n')
+        self.apiserver_port = free_port()
+        self.url = f"https://127.0.0.1:{self.apiserver_port}"
+        self._apiserver_argv = [
+            str(BIN / "kube-apiserver"), f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}", "--advertise-address=127.0.0.1", f"--cert-dir={w / 'certs'}",
+            f"--token-auth-file={w / 'tokens.csv'}", "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={w / 'sa.pub'}",
+            f"--service-account-signing-key-file={w / 'sa.key'}", "--service-cluster-ip-range=10.0.0.0/24",
+            "--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            *extra_apiserver_flags,
+        ]
+        self.start_apiserver()
+        self.kubeconfig = self._write_kubeconfig("admin", ADMIN_TOKEN)
+        self.kpe_kubeconfig = self._write_kubeconfig("kpe", KPE_TOKEN)
+        self.api = Api(self.url, ADMIN_TOKEN)
+        self._kpe_rbac()
+        return self
+
+    def start_apiserver(self) -> None:
+        process = start("kube-apiserver", self._apiserver_argv, self.workdir)
+        self.processes.append(process)
+        wait_until(lambda: _ok(self.url + "/readyz", token=ADMIN_TOKEN) or not process.alive(), 60, "kube-apiserver /readyz")
+        if not process.alive():
+            raise RuntimeError("kube-apiserver exited:\n" + process.tail())
+
+    def restart_apiserver(self) -> None:
+        for p in [p for p in self.processes if p.name == "kube-apiserver"]:
+            p.stop()
+            self.processes.remove(p)
+        self.start_apiserver()
+
+    def compact(self) -> int:
+        """Compact etcd's history at its current revision (what ``etcdctl compact`` does),
+        so watches from older resourceVersions get 410 Gone. Returns the revision."""
+        head = httpx.post(self.etcd_url + "/v3/kv/range", json={"key": base64.b64encode(b"/").decode()}, timeout=10).json()
+        revision = int(head["header"]["revision"])
+        answer = httpx.post(self.etcd_url + "/v3/kv/compaction", json={"revision": revision, "physical": True}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return revision
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.api.close()
+        for process in reversed(self.processes):
+            process.stop()
+
+    def _keys(self) -> None:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        (self.workdir / "sa.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()))
+        (self.workdir / "sa.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+    def _write_kubeconfig(self, user: str, token: str) -> Path:
+        path = self.workdir / f"{user}.kubeconfig"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+            "clusters": [{"name": "e2e", "cluster": {"server": self.url, "insecure-skip-tls-verify": True}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
+        }))
+        return path
+
+    def _kpe_rbac(self) -> None:
+        """deploy/rbac.yaml as shipped, bound to the user kpe runs as here instead of its ServiceAccount."""
+        self.api.namespace("kpe-system")
+        for doc in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()):
+            if not doc:
+                continue
+            kind = doc["kind"]
+            if kind.endswith("Binding"):
+                doc["subjects"] = [{"kind": "User", "name": "kpe", "apiGroup": "rbac.authorization.k8s.io"}]
+            namespace = doc["metadata"].get("namespace", "kpe-system")
+            plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings"}[kind]
+            path = f"/apis/rbac.authorization.k8s.io/v1/{plural}" if kind.startswith("Cluster") else f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}"
+            self.api.apply(path, doc)
+
+
+def _ok(url: str, token: str = "") -> bool:
+    try:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.get(url, headers=headers, verify=False, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def control_plane(workdir: Path, **options: Any) -> Iterator[ControlPlane]:
+    plane = ControlPlane(workdir)
+    try:
+        yield plane.start(**options)
+    finally:
+        plane.stop()
+        if os.environ.get("KPE_E2E_KEEP") != "1":
+            shutil.rmtree(workdir / "etcd", ignore_errors=True)
+
+
+def kpe_executable() -> str:
+    script = Path(sys.executable).parent / "kpe"
+    return str(script) if script.exists() else "kpe"
