@@ -140,15 +140,20 @@ class Cluster:
         wait_until(ready, 30, "kpe /readyz")
         return kpe
 
-    def start_scheduler(self, kpe: Kpe, *, node_cache_capable: bool = True, bind: bool = False) -> Process:
-        """kube-scheduler with exactly the configuration ``kpe scheduler-config`` prints for these policies."""
+    def start_scheduler(self, kpe: Kpe | None, *, node_cache_capable: bool = True, bind: bool = False) -> Process:
+        """kube-scheduler with exactly the configuration ``kpe scheduler-config`` prints for these
+        policies; with ``kpe=None``, a plain one (policies that only admit need no extender)."""
         import subprocess
 
-        argv = [kpe_executable(), "scheduler-config", "--policies", str(self.policies), "--url", kpe.url + "/scheduler",
-                "--ca-file", str(self.ca_file), "--kubeconfig", str(self.plane.kubeconfig)]
-        argv += ["--node-cache-capable" if node_cache_capable else "--no-node-cache-capable"] + (["--bind"] if bind else [])
-        out = subprocess.run(argv, check=True, capture_output=True, text=True)
-        config = yaml.safe_load(out.stdout)
+        if kpe is None:
+            config: dict[str, Any] = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                                      "clientConnection": {"kubeconfig": str(self.plane.kubeconfig)}}
+        else:
+            argv = [kpe_executable(), "scheduler-config", "--policies", str(self.policies), "--url", kpe.url + "/scheduler",
+                    "--ca-file", str(self.ca_file), "--kubeconfig", str(self.plane.kubeconfig)]
+            argv += ["--node-cache-capable" if node_cache_capable else "--no-node-cache-capable"] + (["--bind"] if bind else [])
+            out = subprocess.run(argv, check=True, capture_output=True, text=True)
+            config = yaml.safe_load(out.stdout)
         config["leaderElection"] = {"leaderElect": False}  # a restarted scheduler would wait up to 15 s for its Lease
         path = self.workdir / "scheduler.yaml"
         path.write_text(yaml.safe_dump(config))
