@@ -10,6 +10,7 @@ ones was computed once.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -21,6 +22,10 @@ from .parser import parse
 from .runtime import Unbound, make_cost_check, namespace
 
 DEFAULT_COST_LIMIT = 1_000_000
+
+# CEL that indexes a literal with the wrong type (`[1, 2]['a']`, an error at run
+# time) becomes Python that compile() warns about on stderr; the warning is noise.
+warnings.filterwarnings("ignore", category=SyntaxWarning, module="<cel")
 
 _FAILED = object()
 
