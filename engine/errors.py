@@ -26,6 +26,7 @@ CODES = {
     "KPE305": "scope not available in this expression",
     "KPE400": "duplicate policy name",
     "KPE401": "duplicate rule or variable name",
+    "KPE402": "the policy set is empty",
     "KPE500": "policy test failed to load",
 }
 

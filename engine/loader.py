@@ -120,12 +120,33 @@ def generation_of(policies: Iterable[Policy]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
-def load(paths: Iterable[str | os.PathLike[str]]) -> PolicySet:
-    """Load every policy under ``paths``; raises ``PolicyLoadError`` with all problems found."""
+ALLOW_EMPTY_HINT = "--allow-empty-policies (KPE_ALLOW_EMPTY_POLICIES=true for kpe serve)"
+
+
+def empty_set_error(paths: Iterable[str | os.PathLike[str]], files: int) -> PolicyError:
+    """KPE402: nothing to enforce. With no policy every node passes every pod, which is
+    far more often a wrong path or a ConfigMap emptied by mistake than a wish."""
+    names = [str(p) for p in paths]
+    where = Location(names[0]) if len(names) == 1 else Location()
+    read = f"{files} file{'s' if files != 1 else ''} read"
+    return PolicyError(
+        "KPE402",
+        f"no policies found in {', '.join(names) or 'no path'} ({read}): with an empty set every node passes every pod; "
+        f"add a SchedulingPolicy, or pass {ALLOW_EMPTY_HINT} if an empty set is what you want",
+        where,
+    )
+
+
+def load(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False) -> PolicySet:
+    """Load every policy under ``paths``; raises ``PolicyLoadError`` with all problems found.
+    A load that finds no policy at all is refused (KPE402) unless ``allow_empty``."""
+    paths = list(paths)
     files, errors = discover(paths)
     docs, read_errors = load_files(files)
     policies, compile_errors = compile_documents(docs)
     errors += read_errors + compile_errors
+    if not errors and not policies and not allow_empty:
+        errors.append(empty_set_error(paths, len(files)))
     if errors:
         raise PolicyLoadError(errors)
     ordered = tuple(sorted(policies, key=lambda p: p.name))

@@ -39,7 +39,7 @@ def default_policies() -> str:
 
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        policy_set = load(args.paths)
+        policy_set = load(args.paths, allow_empty=args.allow_empty_policies)
     except PolicyLoadError as exc:
         if args.output == "json":
             json.dump({"ok": False, "errors": [e.to_dict() for e in exc.errors]}, out, indent=2)
@@ -167,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="load policies and report every error")
     check.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
     check.add_argument("--output", choices=("text", "json"), default="text")
+    check.add_argument(
+        "--allow-empty-policies", action="store_true", help="accept paths that hold no policy (refused by default: every node would pass every pod)"
+    )
     check.set_defaults(run=cmd_check)
 
     test = sub.add_parser("test", help="run PolicyTest files")

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import PolicyError, PolicyLoadError
-from engine.loader import load
+from engine.loader import discover, empty_set_error, load
 from engine.policy import PolicySet
 
 log = logging.getLogger("kpe.policies")
@@ -29,9 +31,34 @@ class LoadOutcome:
     at: float = field(default_factory=time.time)
 
 
+Snapshot = tuple[tuple[str, str, int, int], ...]
+
+
 class PolicyStore:
-    def __init__(self, path: str) -> None:
+    """``allow_empty``: whether a path with no policies may serve (``--allow-empty-policies``).
+    ``None`` means not decided yet: ``create_app`` builds the store before the server state
+    that carries the settings, so the first load accepts an empty set and
+    ``require_policies`` (called with the setting when the state is made) refuses it then;
+    reloads refuse one unless ``allow_empty`` is True.
+
+    Before a reload the files must hold still: ``stable_checks`` looks at their sizes and
+    modification times, ``stable_interval_s`` apart, until two looks agree (``sleep`` is
+    injectable for tests)."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        allow_empty: bool | None = None,
+        stable_interval_s: float = 0.1,
+        stable_checks: int = 20,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.path = path
+        self.allow_empty = allow_empty
+        self.stable_interval_s = stable_interval_s
+        self.stable_checks = stable_checks
+        self.sleep = sleep
         self._current: PolicySet | None = None
         self.last: LoadOutcome | None = None
         self.reloads = {"success": 0, "failure": 0, "unchanged": 0}
@@ -50,17 +77,51 @@ class PolicyStore:
 
     def load_initial(self) -> PolicySet:
         """The first load: errors here stop start-up (there is nothing to fall back to)."""
-        policy_set = load([self.path])
+        policy_set = load([self.path], allow_empty=self.allow_empty is not False)
         self._current = policy_set
         self.last = LoadOutcome(True, policy_set.generation)
-        log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.path})
+        if len(policy_set) or self.allow_empty:  # else require_policies decides, and says so
+            log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.path})
         return policy_set
 
-    def reload(self) -> LoadOutcome:
-        """Compile the files as they are now and swap if they are clean and different."""
-        previous = self._current
+    def require_policies(self, allow_empty: bool) -> None:
+        """Settle ``allow_empty``; raise ``PolicyLoadError`` (KPE402) if the set serving now is empty and that is not allowed."""
+        self.allow_empty = allow_empty
+        if not allow_empty and self._current is not None and not len(self._current):
+            raise PolicyLoadError([empty_set_error([self.path], len(self._current.files))])
+
+    def snapshot(self) -> Snapshot | None:
+        """What the policy files look like now (name, target, size, mtime); None while they are moving under us."""
+        files, _ = discover([self.path])
+        out = []
         try:
-            candidate = load([self.path])
+            for file in files:
+                info = os.stat(file)
+                out.append((str(file), os.path.realpath(file), info.st_size, info.st_mtime_ns))
+        except OSError:
+            return None
+        return tuple(out)
+
+    def wait_until_stable(self) -> bool:
+        """Wait until two looks at the files, ``stable_interval_s`` apart, agree (an editor
+        writing in place, or a copy in progress, changes size or mtime in between); False if
+        they were still changing after ``stable_checks`` looks."""
+        before = self.snapshot()
+        for _ in range(self.stable_checks):
+            self.sleep(self.stable_interval_s)
+            now = self.snapshot()
+            if now is not None and now == before:
+                return True
+            before = now
+        return False
+
+    def reload(self) -> LoadOutcome:
+        """Compile the files as they are now, once they hold still, and swap if they are clean and different."""
+        previous = self._current
+        if not self.wait_until_stable():
+            log.warning("policy files still changing after %d checks; loading them as they are", self.stable_checks, extra={"path": self.path})
+        try:
+            candidate = load([self.path], allow_empty=self.allow_empty is True)
         except PolicyLoadError as exc:
             self.reloads["failure"] += 1
             generation = previous.generation if previous else ""

@@ -37,7 +37,16 @@ class Settings:
     cluster: str = field(default="auto", metadata={"help": "cluster access: auto (use credentials if found), on (require them), off (serve whole-node requests only)"})
     max_body_bytes: int = field(default=64 * 1024 * 1024, metadata={"help": "largest request body accepted (sized for 5,000 whole nodes)"})
     reload_debounce_ms: int = field(default=300, metadata={"help": "wait this long after the last policy file change before reloading"})
+    allow_empty_policies: bool = field(
+        default=False,
+        metadata={"help": "accept a policy path with no policies (then every node passes every pod); refused by default, at start-up and on reload"},
+    )
     decision_log_size: int = field(default=1000, metadata={"help": "how many recent decisions /apis/v1/decisions keeps"})
+    decision_log_bytes: int = field(
+        default=16 * 1024 * 1024,
+        metadata={"help": "the most bytes (estimated from their JSON) of decisions /apis/v1/decisions keeps, oldest going first; "
+            "one decision keeps at most 1/16 of it (its first rejected nodes, and how many were left out)"},
+    )
     log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
     log_decisions: bool = field(default=False, metadata={"help": "log every decision at info level (else debug)"})
     webhook_on_error: str = field(default="allow", metadata={"help": "when kpe itself fails in the admission webhook: allow (pod created without kpe's gates) or deny"})
@@ -62,6 +71,13 @@ class Settings:
         },
     )
     relist_backoff_max_s: float = field(default=30.0, metadata={"help": "longest wait between retries when the API server fails"})
+    cache_stale_after_s: float = field(
+        default=60.0,
+        metadata={
+            "help": "when kpe has been cut off from the API server this long, node-name requests get an Error instead of answers "
+            "from its stale cache (0: never)"
+        },
+    )
 
     @property
     def tls(self) -> bool:

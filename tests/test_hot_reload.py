@@ -91,3 +91,55 @@ def test_a_swap_replaces_the_reference_and_leaves_the_old_set_untouched(tmp_path
     assert store.current.policies[0].filters[0].message == "not in pool b"
     path.write_text(POLICY.format(pool="b"))
     assert store.reload().ok and store.reloads["unchanged"] == 1
+
+
+SECOND = """---
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: second}
+spec:
+  filters:
+  - {name: any, expression: "true"}
+"""
+
+
+def test_an_in_place_edit_is_loaded_only_once_the_file_holds_still(tmp_path: Path) -> None:
+    """The writer is cut short after the first of two policies (still a valid file) and
+    finishes while kpe waits for the file to hold still: the half-written set never serves."""
+    path = tmp_path / "policies.yaml"
+    path.write_text(POLICY.format(pool="a"))
+    truncated, complete = POLICY.format(pool="b"), POLICY.format(pool="b") + SECOND
+
+    def sleep(seconds: float) -> None:
+        # kpe's stability check waits here: the writer gets to finish now, not before.
+        if path.read_text() == truncated:
+            path.write_text(complete)
+        time.sleep(seconds)
+
+    store = PolicyStore(str(path), stable_interval_s=0.02, sleep=sleep)
+    app = create_app(Settings(policies=str(path), cluster="off", reload_debounce_ms=50), store=store)
+    with serve(app) as url:
+        path.write_text(truncated)
+        wait_for(lambda: [p["name"] for p in httpx.get(url + "/apis/v1/policies").json()["policies"]] == ["label-gate", "second"])
+        answer = httpx.post(url + "/scheduler/filter", json=REQUEST).json()
+        assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["b"]
+        # One swap, straight to the complete file: the truncated one was never served.
+        assert httpx.get(url + "/apis/v1/policies").json()["reloads"]["success"] == 1
+
+
+def test_a_file_that_never_holds_still_is_loaded_as_it_is_after_the_last_check(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(POLICY.format(pool="a"))
+    looks: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        looks.append(seconds)
+        with path.open("a") as f:
+            f.write("# still writing\n")
+
+    store = PolicyStore(str(path), stable_interval_s=0.5, stable_checks=3, sleep=sleep)
+    store.load_initial()
+    path.write_text(POLICY.format(pool="b"))
+    assert store.reload().ok
+    assert looks == [0.5, 0.5, 0.5]
+    assert store.current.policies[0].filters[0].message == "not in pool b"
