@@ -3,7 +3,10 @@ routes, the policies, cached nodes, explanations and recent decisions."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -16,15 +19,36 @@ from .state import ServerState
 from .wire import WireError, decode_extender_args
 
 
+log = logging.getLogger("kpe.introspection")
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def guarded(endpoint: Endpoint) -> Endpoint:
+    """An unexpected exception becomes a JSON 500 that names it. Left to Starlette, it
+    would be a plain-text 500 followed by uvicorn closing the connection."""
+
+    @functools.wraps(endpoint)
+    async def wrapper(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except Exception as exc:  # noqa: BLE001 - answer, log, keep the connection
+            log.exception("internal error in %s", request.url.path)
+            return json_response({"error": f"kpe internal error in {request.url.path}: {type(exc).__name__}: {exc}"}, 500)
+
+    return wrapper
+
+
 def _state(request: Request) -> ServerState:
     state: ServerState = request.app.state.kpe
     return state
 
 
+@guarded
 async def healthz(request: Request) -> Response:
     return PlainTextResponse("ok")
 
 
+@guarded
 async def readyz(request: Request) -> Response:
     state = _state(request)
     problems = []
@@ -37,6 +61,7 @@ async def readyz(request: Request) -> Response:
     return PlainTextResponse("ok")
 
 
+@guarded
 async def metrics(request: Request) -> Response:
     state = _state(request)
     current = state.store.current
@@ -52,6 +77,7 @@ async def metrics(request: Request) -> Response:
     return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
 
+@guarded
 async def services(request: Request) -> Response:
     routes = []
     for route in request.app.routes:
@@ -60,6 +86,7 @@ async def services(request: Request) -> Response:
     return json_response({"routes": routes})
 
 
+@guarded
 async def policies(request: Request) -> Response:
     state = _state(request)
     current = state.store.current
@@ -92,6 +119,7 @@ async def policies(request: Request) -> Response:
     return json_response(out)
 
 
+@guarded
 async def node(request: Request) -> Response:
     state = _state(request)
     name = request.path_params["name"]
@@ -107,6 +135,7 @@ async def node(request: Request) -> Response:
     return json_response({"node": found, "nodeInfo": summary})
 
 
+@guarded
 async def explain_endpoint(request: Request) -> Response:
     state = _state(request)
     policy_set = state.store.current
@@ -134,6 +163,7 @@ async def explain_endpoint(request: Request) -> Response:
     return json_response(data)
 
 
+@guarded
 async def decisions(request: Request) -> Response:
     state = _state(request)
     query = request.query_params
@@ -144,6 +174,7 @@ async def decisions(request: Request) -> Response:
     return json_response({"decisions": state.decisions.recent(verb=query.get("verb"), pod=query.get("pod"), limit=limit)})
 
 
+@guarded
 async def gated(request: Request) -> Response:
     """The pods kpe is holding at its gates, with each policy's current message."""
     state = _state(request)

@@ -23,6 +23,7 @@ from engine.admission import GATES_ANNOTATION, admit
 
 from .extender import HTTPProblem, json_response, read_json
 from .state import ServerState
+from .wire import WireError, check_pod
 
 log = logging.getLogger("kpe.webhook")
 REVIEW_VERSION = "admission.k8s.io/v1"
@@ -80,7 +81,11 @@ async def handle_admission(request: Request) -> Response:
     """The webhook endpoint, counted and timed like the extender verbs (verb ``admission``)."""
     state: ServerState = request.app.state.kpe
     start = time.perf_counter()
-    response = await _review(request, state)
+    try:
+        response = await _review(request, state)
+    except Exception as exc:  # noqa: BLE001 - a bug must answer in JSON, not reset the API server's connection
+        log.exception("internal error in the admission webhook")
+        response = json_response({"error": f"kpe internal error in the admission webhook: {type(exc).__name__}: {exc}"}, 500)
     state.metrics.requests.labels("admission", str(response.status_code)).inc()
     state.metrics.latency.labels("admission").observe(time.perf_counter() - start)
     return response
@@ -98,14 +103,15 @@ async def _review(request: Request, state: ServerState) -> Response:
     if review.get("operation") != "CREATE" or not isinstance(kind, dict) or kind.get("kind") != "Pod" or not isinstance(pod, dict):
         state.metrics.admission_reviews.labels("skipped").inc()
         return json_response(review_response(uid))
-    for part in ("metadata", "spec"):
-        if pod.get(part) is not None and not isinstance(pod[part], dict):
-            state.metrics.admission_reviews.labels("invalid").inc()
-            return json_response({"error": f"AdmissionReview.request.object.{part} must be an object"}, 400)
+    try:
+        check_pod(pod, "AdmissionReview.request.object")
+    except WireError as exc:
+        state.metrics.admission_reviews.labels("invalid").inc()
+        return json_response({"error": str(exc)}, 400)
     if (pod.get("spec") or {}).get("nodeName"):
         state.metrics.admission_reviews.labels("skipped").inc()
         return json_response(review_response(uid))
-    if not (pod.get("metadata") or {}).get("namespace") and review.get("namespace"):
+    if not (pod.get("metadata") or {}).get("namespace") and isinstance(review.get("namespace"), str) and review["namespace"]:
         pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": review["namespace"]}}
     try:
         policy_set = state.store.current

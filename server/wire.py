@@ -49,17 +49,128 @@ def _body(body: Any, verb: str) -> dict[str, Any]:
 
 
 def decode_pod(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``Pod`` of a request body, checked to be an object with an object ``metadata``."""
+    """The ``Pod`` of a request body, checked to have the shape the engine reads (see ``check_pod``)."""
     return _pod(body)
 
 
 def _pod(body: Mapping[str, Any]) -> dict[str, Any]:
     pod = _object(field_ci(body, "Pod"), "Pod")
     assert pod is not None
-    meta = pod.get("metadata")
-    if meta is not None and not isinstance(meta, dict):
-        raise WireError(f"Pod.metadata must be an object, not {_kind(meta)}")
+    check_pod(pod, "Pod")
     return pod
+
+
+# -- shapes ------------------------------------------------------------------------
+# The engine (matching, nodeInfo, victims, admission) and CEL read these fields of a
+# pod or node directly; a wrong type there is the caller's bug, so it is a 400 that
+# names the field rather than an exception deep in a policy. Fields kpe never reads
+# are not checked. ``null`` is accepted wherever the field is optional, as Go does.
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "bool", int: "int", float: "number"}.get(type(value), "null")
+
+
+def _key(where: str, key: str) -> str:
+    return f"{where}[{key!r}]" if not key.isidentifier() else f"{where}.{key}"
+
+
+def _mapping(obj: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if type(value) is not dict:
+        raise WireError(f"{where}.{key} must be an object, got {_type_name(value)}")
+    return value
+
+
+def _strings(obj: Mapping[str, Any], key: str, where: str) -> None:
+    """``obj[key]`` is null or an object whose values are all strings (labels, annotations)."""
+    value = obj.get(key)
+    if value is None:
+        return
+    if type(value) is not dict:
+        raise WireError(f"{where}.{key} must be an object of strings, got {_type_name(value)}")
+    # set(map(type, ...)) checks a node's labels in C; this runs for every node of a request.
+    if not set(map(type, value.values())) <= {str}:
+        bad = next(k for k, v in value.items() if type(v) is not str)
+        raise WireError(f"{_key(where + '.' + key, str(bad))} must be a string, got {_type_name(value[bad])}")
+
+
+_QUANTITY_TYPES = {str, int, float}
+
+
+def _quantities(obj: Mapping[str, Any], key: str, where: str) -> None:
+    """``obj[key]`` is null or an object of quantities (strings, or numbers as Go's resource.Quantity also reads)."""
+    value = obj.get(key)
+    if value is None:
+        return
+    if type(value) is not dict:
+        raise WireError(f"{where}.{key} must be an object of quantities, got {_type_name(value)}")
+    if not set(map(type, value.values())) <= _QUANTITY_TYPES:
+        bad = next(k for k, v in value.items() if type(v) not in _QUANTITY_TYPES)
+        raise WireError(f"{_key(where + '.' + key, str(bad))} must be a quantity string, got {_type_name(value[bad])}")
+
+
+def _string(obj: Mapping[str, Any], key: str, where: str) -> None:
+    value = obj.get(key)
+    if value is not None and type(value) is not str:
+        raise WireError(f"{where}.{key} must be a string, got {_type_name(value)}")
+
+
+def _objects(obj: Mapping[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if type(value) is not list:
+        raise WireError(f"{where}.{key} must be an array, got {_type_name(value)}")
+    for i, item in enumerate(value):
+        if type(item) is not dict:
+            raise WireError(f"{where}.{key}[{i}] must be an object, got {_type_name(item)}")
+    return value
+
+
+def _metadata(obj: Mapping[str, Any], where: str) -> None:
+    meta = _mapping(obj, "metadata", where)
+    if meta is None:
+        return
+    where += ".metadata"
+    for key in ("name", "namespace", "uid"):
+        _string(meta, key, where)
+    _strings(meta, "labels", where)
+    _strings(meta, "annotations", where)
+
+
+def check_pod(pod: Mapping[str, Any], where: str) -> None:
+    """Raise ``WireError`` naming the first field of ``pod`` (at ``where``) whose type the engine cannot read."""
+    _metadata(pod, where)
+    spec = _mapping(pod, "spec", where)
+    if spec is not None:
+        at = where + ".spec"
+        _string(spec, "nodeName", at)
+        for key in ("containers", "initContainers"):
+            for i, container in enumerate(_objects(spec, key, at)):
+                resources = _mapping(container, "resources", f"{at}.{key}[{i}]")
+                if resources is not None:
+                    _quantities(resources, "requests", f"{at}.{key}[{i}].resources")
+                    _quantities(resources, "limits", f"{at}.{key}[{i}].resources")
+        _quantities(spec, "overhead", at)
+        _objects(spec, "schedulingGates", at)
+    status = _mapping(pod, "status", where)
+    if status is not None:
+        _string(status, "phase", where + ".status")
+
+
+def check_node(node: Mapping[str, Any], where: str) -> None:
+    """Like ``check_pod``, for a node: labels, taints, allocatable and capacity."""
+    _metadata(node, where)
+    spec = _mapping(node, "spec", where)
+    if spec is not None:
+        _objects(spec, "taints", where + ".spec")
+    status = _mapping(node, "status", where)
+    if status is not None:
+        _quantities(status, "allocatable", where + ".status")
+        _quantities(status, "capacity", where + ".status")
 
 
 @dataclass
@@ -91,6 +202,7 @@ def decode_extender_args(body: Any, verb: str) -> ExtenderArgs:
             node_meta = node.get("metadata") if isinstance(node, dict) else None
             if not isinstance(node_meta, dict) or not isinstance(node_meta.get("name"), str):
                 raise WireError(f"Nodes.items[{i}] must be a node object with metadata.name")
+            check_node(node, f"Nodes.items[{i}] ({node_meta['name']})")
         nodes = items
         list_meta = node_list.get("metadata")
         meta = list_meta if isinstance(list_meta, dict) else {}
@@ -131,6 +243,8 @@ def decode_preemption_args(body: Any) -> PreemptionArgs:
             pods = field_ci(entry, "Pods") or []
             if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
                 raise WireError(f"NodeNameToVictims[{node}].Pods must be an array of pods")
+            for i, victim in enumerate(pods):
+                check_pod(victim, f"NodeNameToVictims[{node}].Pods[{i}]")
             victims[node] = pods
             pdb[node] = _int(field_ci(entry, "NumPDBViolations"), f"NodeNameToVictims[{node}].NumPDBViolations")
     raw_meta = field_ci(body, "NodeNameToMetaVictims")

@@ -99,3 +99,104 @@ def test_generated_admission_reviews_never_get_a_server_error(kpe: str, payload:
         assert answer["kind"] == "AdmissionReview" and answer["response"]["uid"] == payload["request"]["uid"]
     else:
         assert "error" in answer
+
+
+# -- wrong types where the engine reads ----------------------------------------------
+# A well-formed pod, node and victim, with one value anywhere the engine or a policy
+# reads replaced by any JSON value, sent to every route that takes it: never a 5xx,
+# always a JSON body. Against the shipped policies too, which read containers,
+# requests, limits and nodeInfo.
+
+SHIPPED = Path(__file__).resolve().parent.parent / "policies"
+Path_ = tuple[str | int, ...]
+
+
+def base_pod() -> dict[str, Any]:
+    container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}
+    return {
+        "metadata": {"name": "p", "namespace": "ml-train", "uid": "u-1", "labels": {"team": "ml", "app": "web"}, "annotations": {"a": "b"}},
+        "spec": {"containers": [container], "initContainers": [dict(container, name="i")], "overhead": {"cpu": "100m"}, "priority": 0},
+        "status": {"phase": "Running"},
+    }
+
+
+def base_node() -> dict[str, Any]:
+    return {
+        "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "zone-1", "gpu": "true", "pool": "ml"}},
+        "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "8", "nvidia.com/gpu": "4"}, "capacity": {"cpu": "8", "nvidia.com/gpu": "4"}},
+    }
+
+
+POD_PATHS: list[Path_] = [
+    ("metadata",), ("metadata", "labels"), ("metadata", "labels", "team"), ("metadata", "namespace"), ("metadata", "name"),
+    ("metadata", "uid"), ("metadata", "annotations"), ("metadata", "annotations", "a"), ("spec",), ("spec", "containers"),
+    ("spec", "containers", 0), ("spec", "containers", 0, "resources"), ("spec", "containers", 0, "resources", "requests"),
+    ("spec", "containers", 0, "resources", "requests", "cpu"), ("spec", "containers", 0, "resources", "limits"),
+    ("spec", "initContainers"), ("spec", "initContainers", 0, "resources", "requests"), ("spec", "overhead"), ("spec", "priority"),
+    ("spec", "nodeName"), ("spec", "schedulingGates"), ("status",), ("status", "phase"),
+]  # fmt: skip
+NODE_PATHS: list[Path_] = [
+    ("metadata", "labels"), ("metadata", "labels", "gpu"), ("metadata", "annotations"), ("spec",), ("spec", "taints"), ("spec", "taints", 0),
+    ("status",), ("status", "allocatable"), ("status", "allocatable", "cpu"), ("status", "capacity"),
+]  # fmt: skip
+
+
+def put(obj: dict[str, Any], path: Path_, value: Any) -> dict[str, Any]:
+    target: Any = obj
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return obj
+
+
+def bodies(route: str, pod: dict[str, Any], node: dict[str, Any], victim: dict[str, Any]) -> Any:
+    if route in ("filter", "prioritize", "explain"):
+        return {"Pod": pod, "Nodes": {"items": [node]}}
+    if route == "preempt":
+        return {"Pod": pod, "NodeNameToVictims": {"node-1": {"Pods": [victim], "NumPDBViolations": 0}}}
+    if route == "admit":
+        return {"Pod": pod}
+    request = {"uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE", "namespace": "ml-train", "object": pod}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+ROUTES = {"filter": "/scheduler/filter", "prioritize": "/scheduler/prioritize", "preempt": "/scheduler/preempt", "admit": "/scheduler/admit",
+          "explain": "/apis/v1/explain", "webhook": "/admission/pods"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Iterator[str]:
+    with serve(create_app(Settings(policies=str(SHIPPED), cluster="off"))) as url:
+        yield url
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    route=st.sampled_from(sorted(ROUTES)),
+    where=st.one_of(
+        st.tuples(st.just("pod"), st.sampled_from(POD_PATHS)),
+        st.tuples(st.just("node"), st.sampled_from(NODE_PATHS)),
+        st.tuples(st.just("victim"), st.sampled_from(POD_PATHS)),
+    ),
+    value=json_values,
+)
+def test_a_wrong_type_anywhere_the_engine_reads_gets_a_json_answer_below_500_on_every_route(
+    kpe: str, shipped: str, route: str, where: tuple[str, Path_], value: Any
+) -> None:
+    target, path = where
+    pod, node, victim = base_pod(), base_node(), base_pod()
+    put({"pod": pod, "node": node, "victim": victim}[target], path, value)
+    for url in (kpe, shipped):
+        response = httpx.post(url + ROUTES[route], content=json.dumps(bodies(route, pod, node, victim)))
+        assert response.status_code < 500, response.text
+        assert isinstance(response.json(), (dict, list)), response.text
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(["PodName", "PodNamespace", "PodUID", "Node"]), value=json_values)
+def test_a_wrong_type_in_a_bind_request_gets_a_json_answer_below_500(kpe: str, field: str, value: Any) -> None:
+    body = {"PodName": "p", "PodNamespace": "demo", "PodUID": "u-1", "Node": "node-1", field: value}
+    response = httpx.post(kpe + "/scheduler/bind", content=json.dumps(body))
+    assert response.status_code < 500, response.text
+    assert isinstance(response.json()["Error"], str)
