@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -137,8 +138,16 @@ class ClusterCache:
         return self._informers[kind].resource_version
 
     def lag_seconds(self, kind: str) -> float:
-        """Seconds since the API server last said anything about ``kind`` (list, event or bookmark)."""
+        """Seconds since the API server last said anything about ``kind`` (list, accepted watch, event or bookmark)."""
         return time.monotonic() - self._informers[kind].last_word
+
+    def stale_seconds(self) -> float:
+        """How long the cache has been cut off: the longest time since an informer that is
+        failing now last heard from the API server (0 while every informer is healthy).
+        Not ``lag_seconds``: a healthy watch on a quiet cluster can go minutes without an
+        event, and the watch cache sends bookmarks only when its resourceVersion moves."""
+        now = time.monotonic()
+        return max((now - inf.last_word for inf in self._informers.values() if inf.error), default=0.0)
 
     def subscribe(self) -> asyncio.Event:
         """An event set on every change to the cache; the subscriber clears it."""
@@ -192,7 +201,8 @@ class ClusterCache:
                 # followed by a watch that fails at once must not become a tight loop.
                 started = time.monotonic()
                 timeout = random.randint(*WATCH_TIMEOUT_RANGE_S)
-                async for event in self._client.watch(inf.path, resource_version=inf.resource_version, timeout_seconds=timeout):
+                opened = functools.partial(self._heard, inf, "")
+                async for event in self._client.watch(inf.path, resource_version=inf.resource_version, timeout_seconds=timeout, on_open=opened):
                     self._apply(inf, event)
                     seen += 1
                     failures = 0

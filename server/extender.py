@@ -43,6 +43,32 @@ NO_CLUSTER = (
 )
 
 
+NOT_SYNCED = (
+    "kpe's node and pod cache has not synced with the API server yet; kpe cannot resolve node names "
+    "or victims until it has (its /readyz says when)"
+)
+
+
+def cache_unusable(state: ServerState) -> str:
+    """Why node names cannot be answered from kpe's cache now ("" when they can): before its
+    first sync every name would be unknown, and after a long cut-off from the API server
+    (--cache-stale-after-s) its nodes and pods may be long gone. Said as an error, the
+    scheduler retries the pod; said as FailedNodes, it would take them as real verdicts."""
+    cache = state.cache
+    assert cache is not None
+    why = f" (last error: {cache.last_error})" if cache.last_error else ""
+    if not cache.synced.is_set():
+        return NOT_SYNCED + why
+    limit = state.settings.cache_stale_after_s
+    stale = cache.stale_seconds() if limit > 0 else 0.0
+    if stale > limit:
+        return (
+            f"kpe's node and pod cache has heard nothing from the API server for {stale:.0f} s "
+            f"(over --cache-stale-after-s {limit:g}){why}; not answering from it"
+        )
+    return ""
+
+
 class HTTPProblem(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -120,6 +146,10 @@ async def handle_filter(request: Request, state: ServerState) -> Response:
     else:
         if state.cache is None:
             return json_response(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=NO_CLUSTER), headers=headers)
+        unusable = cache_unusable(state)
+        if unusable:
+            # kube-scheduler reads a filter's Error from a 200 and fails the attempt (retried later).
+            return json_response(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=unusable), headers=headers)
         nodes, failed = state.resolve_nodes(args.node_names or [], "filter")
     state.metrics.nodes_per_request.labels("filter").observe(len(nodes) + len(failed))
     # Only cached nodes can be remembered: they are the same objects until the cache replaces them.
@@ -168,6 +198,9 @@ async def handle_prioritize(request: Request, state: ServerState) -> Response:
         if state.cache is None:
             # Prioritize has no Error field: a 4xx is what the scheduler logs (and ignores, as it does every prioritize error).
             raise HTTPProblem(422, NO_CLUSTER)
+        unusable = cache_unusable(state)
+        if unusable:
+            raise HTTPProblem(503, unusable)
         order = list(args.node_names or [])
         nodes, _unknown = state.resolve_nodes(order, "prioritize")
     state.metrics.nodes_per_request.labels("prioritize").observe(len(order))
@@ -190,6 +223,9 @@ async def handle_preempt(request: Request, state: ServerState) -> Response:
     else:
         if state.cache is None:
             raise HTTPProblem(422, NO_CLUSTER)
+        unusable = cache_unusable(state)
+        if unusable:
+            raise HTTPProblem(503, unusable)
         for node, uids in (args.meta_victims or {}).items():
             pods = [state.cache.pod_by_uid(uid) for uid in uids]
             missing = [uid for uid, p in zip(uids, pods) if p is None]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -216,12 +216,13 @@ class KubeClient:
             params = {"limit": page_size, "continue": token}
 
     async def watch(
-        self, path: str, *, resource_version: str, timeout_seconds: int = 300, bookmarks: bool = True
+        self, path: str, *, resource_version: str, timeout_seconds: int = 300, bookmarks: bool = True, on_open: Callable[[], None] | None = None
     ) -> AsyncIterator[Obj]:
         """Events from a chunked watch stream, one per line, as decoded dicts.
         Ends when the server closes the stream cleanly (its timeoutSeconds);
         raises Expired on 410, WatchError on any other ERROR event, ApiError when
-        the connection fails or breaks."""
+        the connection fails or breaks. ``on_open`` is called once the server has
+        accepted the watch (a quiet stream may say nothing for minutes)."""
         params: dict[str, Any] = {"watch": "true", "timeoutSeconds": timeout_seconds}
         if resource_version:
             params["resourceVersion"] = resource_version
@@ -231,6 +232,8 @@ class KubeClient:
         base, url = _split(path)
         with _translated():
             async with self._api.call_api("GET", base=base, version="", url=url, stream=True, params=params, timeout=timeout) as response:
+                if on_open is not None:
+                    on_open()
                 buffer = b""
                 async for chunk in response.aiter_bytes():
                     buffer += chunk

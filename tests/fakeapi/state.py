@@ -395,6 +395,11 @@ class State:
         with self.lock:
             self._faults.append(Fault(n, status, method, path, message, body))
 
+    def clear_faults(self) -> None:
+        """Forget every scripted fault not yet used up: the outage is over."""
+        with self.lock:
+            self._faults = []
+
     def take_fault(self, method: str, path: str) -> Obj | None:
         with self.lock:
             for f in self._faults:

@@ -1,0 +1,134 @@
+"""Node-name requests (nodeCacheCapable: true) before kpe's cache has synced, and while
+it is cut off from the API server, get an Error that says so: answered from an empty
+or stale cache they would be 200s with every node in FailedNodes ("not in kpe's node
+cache"), which kube-scheduler takes as real verdicts. Against the fake API server."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from server.app import create_app
+from server.extender import NOT_SYNCED
+from server.settings import Settings
+from server.state import ServerState
+
+from .fakeapi import FakeApiServer
+from .serving import serve
+
+POLICIES = Path(__file__).parent / "cases" / "wire-policies.yaml"
+NODES = ["node-1", "node-2"]
+POD = {"metadata": {"name": "p", "namespace": "demo", "labels": {"app": "web"}}}
+FILTER = {"Pod": POD, "NodeNames": NODES}
+PREEMPT = {"Pod": POD, "NodeNameToMetaVictims": {"node-1": {"Pods": [{"UID": "u-1"}], "NumPDBViolations": 0}}}
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def node(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"gpu": "false"}}, "status": {"allocatable": {"cpu": "4", "pods": "110"}}}
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer(bookmark_interval=0.1) as server:
+        for name in NODES:
+            server.state.add_node(node(name))
+        yield server
+
+
+def app_on(api: FakeApiServer, tmp_path: Path, **settings: Any) -> Any:
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    return create_app(Settings(policies=str(POLICIES), kubeconfig=kubeconfig, cluster="on", gate_resync_s=0, relist_backoff_max_s=0.2, **settings))
+
+
+def state_of(app: Any) -> ServerState:
+    state: ServerState = app.state.kpe
+    return state
+
+
+def answers_normally(url: str) -> None:
+    answer = httpx.post(url + "/scheduler/filter", json=FILTER).json()
+    assert answer["Error"] == "" and answer["NodeNames"] == NODES
+
+
+def test_before_the_first_sync_node_name_verbs_answer_with_an_error_that_says_so(api: FakeApiServer, tmp_path: Path) -> None:
+    api.state.fail_next(1_000_000, 503, method="GET", path="/api/v1/nodes")
+    app = app_on(api, tmp_path)
+    with serve(app) as url:
+        cache = state_of(app).cache
+        assert cache is not None
+        wait_for(lambda: "503" in (cache.last_error or ""))
+        assert httpx.get(url + "/readyz").status_code == 503
+        expected = NOT_SYNCED + f" (last error: {cache.last_error})"
+        assert expected.startswith(
+            "kpe's node and pod cache has not synced with the API server yet; kpe cannot resolve node names "
+            "or victims until it has (its /readyz says when) (last error: nodes: "
+        )
+
+        response = httpx.post(url + "/scheduler/filter", json=FILTER)
+        assert response.status_code == 200  # kube-scheduler reads a filter's Error from a 200
+        assert response.json() == {"Nodes": None, "NodeNames": [], "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": expected}
+        for verb, body in (("prioritize", FILTER), ("preempt", PREEMPT)):
+            response = httpx.post(url + f"/scheduler/{verb}", json=body)
+            assert (response.status_code, response.json()) == (503, {"Error": expected})
+        # Whole-node requests do not need the cache's nodes.
+        whole = httpx.post(url + "/scheduler/filter", json={"Pod": POD, "Nodes": {"items": [node("n9")]}}).json()
+        assert whole["Error"] == "" and [n["metadata"]["name"] for n in whole["Nodes"]["items"]] == ["n9"]
+
+        api.state.clear_faults()
+        wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
+        answers_normally(url)
+
+
+def test_after_a_long_cut_off_from_the_api_server_node_name_verbs_answer_with_an_error(api: FakeApiServer, tmp_path: Path) -> None:
+    app = app_on(api, tmp_path, cache_stale_after_s=0.5)
+    with serve(app) as url:
+        wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
+        answers_normally(url)
+
+        api.state.fail_next(1_000_000, 503)
+        api.state.drop_watches()
+        wait_for(lambda: httpx.post(url + "/scheduler/filter", json=FILTER).json()["Error"] != "")
+        error = httpx.post(url + "/scheduler/filter", json=FILTER).json()["Error"]
+        assert re.fullmatch(
+            r"kpe's node and pod cache has heard nothing from the API server for \d+ s \(over --cache-stale-after-s 0\.5\) "
+            r"\(last error: .*503.*\); not answering from it",
+            error,
+        ), error
+        response = httpx.post(url + "/scheduler/prioritize", json=FILTER)
+        assert response.status_code == 503 and response.json()["Error"].startswith("kpe's node and pod cache has heard nothing")
+
+        api.state.clear_faults()
+        wait_for(lambda: httpx.post(url + "/scheduler/filter", json=FILTER).json()["Error"] == "")
+        answers_normally(url)
+
+
+def test_a_quiet_cluster_is_not_a_stale_cache(tmp_path: Path) -> None:
+    """No event and no bookmark for longer than --cache-stale-after-s, and a watch that
+    was dropped and came back: the watches are open, so the cache is current."""
+    with FakeApiServer(bookmark_interval=3600) as api:
+        for name in NODES:
+            api.state.add_node(node(name))
+        app = app_on(api, tmp_path, cache_stale_after_s=0.3)
+        with serve(app) as url:
+            wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
+            cache = state_of(app).cache
+            assert cache is not None
+            api.state.drop_watches()
+            wait_for(lambda: cache.last_error is not None or api.state.watch_count() == 2)
+            wait_for(lambda: cache.last_error is None and api.state.watch_count() == 2)  # back, and nothing said since
+            time.sleep(0.5)
+            assert cache.lag_seconds("node") > 0.3 and cache.stale_seconds() == 0
+            answers_normally(url)
