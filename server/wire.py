@@ -161,8 +161,43 @@ def check_pod(pod: Mapping[str, Any], where: str) -> None:
         _string(status, "phase", where + ".status")
 
 
+def _plain_node(node: Mapping[str, Any]) -> bool:
+    """The common case, quickly (a whole-node request can hold 5,000 nodes): True if
+    ``check_node`` has nothing to say; False leaves the telling to it."""
+    meta = node.get("metadata")
+    if meta is not None:
+        if type(meta) is not dict:
+            return False
+        for key in ("labels", "annotations"):
+            value = meta.get(key)
+            if value is not None and (type(value) is not dict or not set(map(type, value.values())) <= {str}):
+                return False
+        for key in ("namespace", "uid"):
+            value = meta.get(key)
+            if value is not None and type(value) is not str:
+                return False
+    spec = node.get("spec")
+    if spec is not None:
+        if type(spec) is not dict:
+            return False
+        taints = spec.get("taints")
+        if taints is not None and (type(taints) is not list or not set(map(type, taints)) <= {dict}):
+            return False
+    status = node.get("status")
+    if status is not None:
+        if type(status) is not dict:
+            return False
+        for key in ("allocatable", "capacity"):
+            value = status.get(key)
+            if value is not None and (type(value) is not dict or not set(map(type, value.values())) <= _QUANTITY_TYPES):
+                return False
+    return True
+
+
 def check_node(node: Mapping[str, Any], where: str) -> None:
     """Like ``check_pod``, for a node: labels, taints, allocatable and capacity."""
+    if _plain_node(node):
+        return
     _metadata(node, where)
     spec = _mapping(node, "spec", where)
     if spec is not None:
@@ -202,7 +237,8 @@ def decode_extender_args(body: Any, verb: str) -> ExtenderArgs:
             node_meta = node.get("metadata") if isinstance(node, dict) else None
             if not isinstance(node_meta, dict) or not isinstance(node_meta.get("name"), str):
                 raise WireError(f"Nodes.items[{i}] must be a node object with metadata.name")
-            check_node(node, f"Nodes.items[{i}] ({node_meta['name']})")
+            if not _plain_node(node):
+                check_node(node, f"Nodes.items[{i}] ({node_meta['name']})")
         nodes = items
         list_meta = node_list.get("metadata")
         meta = list_meta if isinstance(list_meta, dict) else {}
