@@ -234,12 +234,14 @@ class GateController:
             if not cache.synced.is_set():
                 await _first(stop, cache.synced, timeout=1.0)
                 continue
+            # Cleared before the pass, not after: a change that arrives while the pass
+            # awaits the API (a pod created during a burst) must cause another pass.
+            changed.clear()
+            reloaded.clear()
             try:
                 await self.reconcile()
             except Exception:  # noqa: BLE001 - one bad pass must not end the controller
                 log.exception("gate controller pass failed")
-            changed.clear()
-            reloaded.clear()
             await _first(stop, changed, reloaded, timeout=self.resync)
             if not stop.is_set():
                 await asyncio.sleep(self.debounce)  # let a burst of changes settle

@@ -91,7 +91,7 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster(tmp_path: Path, *, policy: str = POLICY, quota_taken: bool = True) -> Iterator[Cluster]:
+def cluster(tmp_path: Path, *, policy: str = POLICY, quota_taken: bool = True, resync_s: float = 1) -> Iterator[Cluster]:
     """kpe (webhook and leading gate controller) on a fake cluster; with ``quota_taken`` one ml pod runs,
     so under POLICY new ml pods stay gated until the test deletes it."""
     (tmp_path / "policy.yaml").write_text(policy)
@@ -104,7 +104,7 @@ def cluster(tmp_path: Path, *, policy: str = POLICY, quota_taken: bool = True) -
             kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
             cluster="on",
             lease_duration_s=2,
-            gate_resync_s=1,
+            gate_resync_s=resync_s,
             gate_debounce_ms=50,
         )
         with serve(create_app(settings)) as url:

@@ -136,3 +136,17 @@ def test_a_pod_replaced_under_the_same_name_between_read_and_patch_is_decided_ag
         assert c.gates("web-0") == [READY], "the old pod's decision was applied to its replacement"
         assert c.lifted("web-0") == []
         assert [r.method for r in c.requests_for("web-0")][:2] == ["PATCH", "GET"]
+
+
+def test_a_pod_created_while_a_pass_is_lifting_a_gate_gets_a_pass_of_its_own(tmp_path: Path) -> None:
+    # Resync far away: only the change itself can bring the second pod's pass.
+    with cluster(tmp_path, policy=READINESS, quota_taken=False, resync_s=300) as c:
+        def create_second(state: State) -> None:
+            # As the webhook would have gated it.
+            state.add_pod(manifest("second", gates=(READY,), labels={"ready": "yes"}, annotations={"kpe.dev/gates": READY}))
+
+        c.before_patch_of("first", create_second)
+        c.create("first", labels={"ready": "yes"})
+        wait_for(lambda: c.lifted("first") != [])
+        wait_for(lambda: c.lifted("second") != [])
+        assert c.gates("second") == []
