@@ -25,23 +25,29 @@ class ServingCertificate:
     def __init__(self, cert: str, key: str) -> None:
         self.cert = cert
         self.key = key
-        self.context: ssl.SSLContext | None = None
+        self.contexts: list[ssl.SSLContext] = []  # one per TLS listener
         self.reloads = 0
+
+    @property
+    def context(self) -> ssl.SSLContext | None:
+        return self.contexts[0] if self.contexts else None
 
     def context_factory(self, _config: Any, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
         """uvicorn's ``ssl_context_factory``: uvicorn's own context, kept so it can be reloaded."""
-        self.context = default()
-        return self.context
+        context = default()
+        self.contexts.append(context)
+        return context
 
     def reload(self) -> bool:
         """Load the files into the live context, if they hold a matching pair."""
-        if self.context is None:
+        if not self.contexts:
             return False
         try:
             # Tried on a scratch context first: a failed load_cert_chain can leave
             # a context with the new certificate and the old key.
             ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self.cert, self.key)
-            self.context.load_cert_chain(self.cert, self.key)
+            for context in self.contexts:
+                context.load_cert_chain(self.cert, self.key)
         except (OSError, ssl.SSLError) as exc:
             log.error("serving certificate not reloaded, the one in use stays: %s", exc, extra={"cert": self.cert, "key": self.key})
             return False
@@ -55,5 +61,9 @@ class ServingCertificate:
 
         # The mount directories, not where the symlinks point: those are replaced whole.
         directories = sorted({str(Path(self.cert).parent), str(Path(self.key).parent)})
-        async for _changes in awatch(*directories, stop_event=stop, debounce=debounce_ms, recursive=False):
-            self.reload()
+        names = {Path(self.cert).name, Path(self.key).name}
+        async for changes in awatch(*directories, stop_event=stop, debounce=debounce_ms, recursive=False):
+            # Other files in those directories (logs, say) are none of our business; the
+            # kubelet's swap shows as its ..data link and timestamped directories.
+            if any(Path(path).name in names or Path(path).name.startswith("..") for _, path in changes):
+                self.reload()

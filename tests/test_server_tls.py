@@ -118,3 +118,27 @@ def test_a_renewed_certificate_is_served_without_a_restart_and_a_broken_one_is_n
         context = ssl.create_default_context()
         ca.configure_trust(context)
         assert httpx.post(url + "/scheduler/filter", json=REQUEST, verify=context).status_code == 200
+
+
+def test_other_files_beside_the_certificate_do_not_reload_it(tmp_path: Path) -> None:
+    import time
+
+    ca = trustme.CA()
+    mount = tmp_path / "tls"
+    mount.mkdir()
+    publish_secret(mount, 1, ca.issue_cert("127.0.0.1"))
+    settings = Settings(policies=str(POLICIES), cluster="off", tls_cert=str(mount / "tls.crt"), tls_key=str(mount / "tls.key"), reload_debounce_ms=50)
+    app = create_app(settings)
+    certificate = app.state.kpe.certificate
+    with serve(app, **{k: v for k, v in uvicorn_options(settings, app=app).items() if k.startswith("ssl")}):
+        log = mount / "kpe.log"  # e.g. a log written next to the certificate, as the end-to-end tests do
+        for i in range(5):
+            log.write_text(f"line {i}\n" * (i + 1))
+            time.sleep(0.1)
+        time.sleep(0.3)  # six debounce periods after the last write
+        assert certificate.reloads == 0
+        publish_secret(mount, 2, ca.issue_cert("127.0.0.1"))  # a real renewal still is picked up
+        deadline = time.monotonic() + 10
+        while certificate.reloads == 0:
+            assert time.monotonic() < deadline, "the renewal was not picked up"
+            time.sleep(0.05)
