@@ -247,11 +247,19 @@ def index(container: Any, key: Any) -> Any:
 
 
 def _list_position(container: list[Any], key: Any) -> int:
+    """A list index as cel-go's IndexOrError reads it: an int, or a uint or double
+    that is exactly an int64; any other uint or double is an error, not just absent."""
     tk = type(key)
-    if tk is int or tk is UInt:
-        return int(key)
-    if tk is float and key.is_integer():
-        return int(key)
+    if tk is int:
+        return key  # type: ignore[no-any-return]
+    if tk is UInt:
+        if key <= INT64_MAX:
+            return int(key)
+        raise EvalError(f"unsupported index value {int(key)}u in list")
+    if tk is float:
+        if key.is_integer() and INT64_MIN <= key < 2.0**63:
+            return int(key)
+        raise EvalError(f"unsupported index value {key!r} in list")
     raise no_such_overload("_[_]", container, key)
 
 

@@ -138,3 +138,23 @@ def test_numeric_equality_across_types_agrees_with_the_ordering(text: str, expec
 )
 def test_index_of_past_the_end_is_minus_one_as_in_cel_go_0_22(text: str, expected: object) -> None:
     assert both(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[1, 2][?1u].value()", 2),
+        ("[1, 2][?1.0].value()", 2),
+        ("[1, 2][?4294967296u].hasValue()", False),
+        ("[1, 2][?18446744073709551615u].hasValue()", _ERROR),
+        ("[1, 2][?9223372036854775808u].hasValue()", _ERROR),
+        ("[1, 2][?1.8446744073709552e19].hasValue()", _ERROR),
+        ("[1, 2][?9.3e18].orValue(0)", _ERROR),
+        ("[1, 2][?-9.3e18].orValue(0)", _ERROR),
+        ("[1, 2][18446744073709551615u]", _ERROR),
+    ],
+)
+def test_a_list_index_is_an_int64_as_in_cel_go_or_the_optional_index_is_an_error(text: str, expected: object) -> None:
+    # cel-go's IndexOrError: a uint or double index must be exactly an int64; a larger
+    # one is an error even under [?], where kpe used to answer optional.none().
+    assert both(text) == expected
