@@ -161,7 +161,22 @@ def show(canon: Any) -> str:
     return "error" if canon == ERROR else repr(canon)
 
 
+def show_cpp(result: Any) -> str:
+    if result.abort is not None:
+        return f"aborted: {result.abort.splitlines()[0][:100]}"
+    return show(result.canon)
+
+
 # -- the two engines ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CppResult:
+    """cel-cpp's answer: the canonical value (ERROR for an error), and the message when
+    the error was not a CEL error value but an aborted evaluation (eval() raised)."""
+
+    canon: Any
+    abort: str | None = None
 
 
 class CelCpp:
@@ -171,45 +186,59 @@ class CelCpp:
         from cel_expr_python import cel as cpp
         from cel_expr_python.ext import ext_optional, ext_strings
 
-        self.cpp = cpp
         self.env = cpp.NewEnv(
             variables={"pod": cpp.Type.DYN, "node": cpp.Type.DYN},
             extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()],
         )
 
     def _eval(self, text: str, data: dict[str, Any]) -> Any:
+        """A Value, ERROR for a compile error, or CppResult(ERROR, message) when eval() raised."""
         try:
             program = self.env.compile(text, disable_check=True)
-            return program.eval(data=data)
-        except Exception:  # noqa: BLE001 - a compile error, or an error eval() raises (duplicate map key), is an error result
-            return None
-
-    def run(self, text: str, data: dict[str, Any]) -> Any:
-        value = self._eval(text, data)
-        if value is None:
+        except Exception:  # noqa: BLE001 - a compile error is an error result
             return ERROR
+        try:
+            return program.eval(data=data)
+        except Exception as exc:  # noqa: BLE001 - cel-cpp aborts some evaluations instead of giving an error value
+            return CppResult(ERROR, str(exc) or type(exc).__name__)
+
+    def run(self, text: str, data: dict[str, Any]) -> CppResult:
+        value = self._eval(text, data)
+        if value is ERROR:
+            return CppResult(ERROR)
+        if type(value) is CppResult:
+            return value
         canon = cpp_canon(value)
         if canon[0] == "map~":
             # A map result is read again as its [key, value] pairs, which keep each
             # key's CEL type (true and 1, 1 and 1u stay apart).
             pairs = self._eval(f"({text}).map(__k, [__k, ({text})[__k]])", data)
-            if pairs is not None and cpp_canon(pairs)[0] == "list":
-                return ("map", frozenset((cpp_canon(p.value()[0]), cpp_canon(p.value()[1])) for p in pairs.value()))
-        return canon
+            if type(pairs) is not CppResult and pairs is not ERROR and cpp_canon(pairs)[0] == "list":
+                return CppResult(("map", frozenset((cpp_canon(p.value()[0]), cpp_canon(p.value()[1])) for p in pairs.value())))
+        return CppResult(canon)
 
 
 def kpe_run(text: str, pod: Any, node: Any) -> tuple[Any, Any]:
-    """kpe's answer through evaluate() and through bind(pod=...)."""
+    """kpe's answer through evaluate(), and the one answer bind() gives, or a note
+    of how the ways differ: bind(pod=...) then node (the server's path), and
+    bind(pod=..., node=...) (everything computed ahead)."""
     try:
         program = cel.compile(text, variables=["pod", "node"], check=False)
     except cel.CelError:
         return ERROR, ERROR
     out = []
-    for run in (lambda: program.evaluate({"pod": pod, "node": node}), lambda: program.bind(pod=pod)(node=node)):
+    runs = (
+        lambda: program.evaluate({"pod": pod, "node": node}),
+        lambda: program.bind(pod=pod)(node=node),
+        lambda: program.bind(pod=pod, node=node)(),
+    )
+    for run in runs:
         try:
             out.append(kpe_canon(run()))
         except cel.CelError:
             out.append(ERROR)
+    if out[1] != out[2]:
+        return out[0], ("bind(pod) and bind(pod, node) differ", out[1], out[2])
     return out[0], out[1]
 
 
@@ -225,26 +254,55 @@ def unordered(canon: Any) -> Any:
     return canon
 
 
+@dataclass(frozen=True)
+class Disagreement:
+    """Where two answers differ: the smallest generated sub-expression (without loop
+    variables) on which the engines already disagree, and the two answers there."""
+
+    culprit: str
+    kpe: Any
+    cel_cpp: CppResult
+
+
+def locate(text: str, parts: tuple[str, ...], kpe: Any, other: CppResult, cpp: CelCpp, pod: Any, node: Any) -> Disagreement:
+    best = Disagreement(text, kpe, other)
+    data = {"pod": pod, "node": node}
+    for part in sorted(set(parts), key=len):
+        if len(part) >= len(best.culprit):
+            break
+        mine = kpe_run(part, pod, node)[0]
+        theirs = cpp.run(part, data)
+        if mine != theirs.canon:
+            return Disagreement(part, mine, theirs)
+    return best
+
+
 @dataclass
 class KnownDifference:
     """One entry of differential_known_differences.yaml."""
 
     id: str
     reason: str
-    expression: re.Pattern[str]
-    kpe: str  # what kpe gives: "error", "value" or "any"
-    cel_cpp: str  # the same for cel-cpp
+    expression: re.Pattern[str]  # searched in the culprit sub-expression
+    kpe: str  # what kpe gives there: "error", "value" or "any"
+    cel_cpp: str  # the same for cel-cpp, or "abort" (eval() raised instead of an error value)
+    abort_message: re.Pattern[str] | None  # for "abort": the message cel-cpp aborts with
     equal_when: str | None  # "lists_unordered": the answers agree once lists are multisets
     examples: list[str]
 
-    def explains(self, text: str, kpe: Any, other: Any) -> bool:
+    def explains(self, d: Disagreement) -> bool:
         def fits(want: str, got: Any) -> bool:
             return want == "any" or (want == "error") == (got == ERROR)
 
-        if not (self.expression.search(text) and fits(self.kpe, kpe) and fits(self.cel_cpp, other)):
+        if not self.expression.search(d.culprit) or not fits(self.kpe, d.kpe):
+            return False
+        if self.cel_cpp == "abort":
+            if d.cel_cpp.abort is None or (self.abort_message is not None and not self.abort_message.search(d.cel_cpp.abort)):
+                return False
+        elif not fits(self.cel_cpp, d.cel_cpp.canon):
             return False
         if self.equal_when == "lists_unordered":
-            return bool(unordered(kpe) == unordered(other))
+            return bool(unordered(d.kpe) == unordered(d.cel_cpp.canon))
         return True
 
 
@@ -253,16 +311,17 @@ def load_known_differences() -> list[KnownDifference]:
     return [
         KnownDifference(
             e["id"], e["reason"], re.compile(e["expression"]), e.get("kpe", "any"), e.get("cel_cpp", "any"),
+            re.compile(e["abort_message"]) if e.get("abort_message") else None,
             e.get("equal_when"), list(e.get("examples", [])),
         )
         for e in entries
     ]
 
 
-def explain(known: list[KnownDifference], text: str, kpe: Any, other: Any) -> str | None:
+def explain(known: list[KnownDifference], d: Disagreement) -> str | None:
     """The id of the first known difference that explains a disagreement, if any."""
     for entry in known:
-        if entry.explains(text, kpe, other):
+        if entry.explains(d):
             return entry.id
     return None
 
@@ -275,11 +334,11 @@ class Tally:
     unexplained: list[str] = field(default_factory=list)
     samples: dict[str, list[str]] = field(default_factory=dict)
 
-    def add_known(self, known_id: str, text: str, kpe: Any, other: Any) -> None:
+    def add_known(self, known_id: str, d: Disagreement) -> None:
         self.known[known_id] += 1
         shown = self.samples.setdefault(known_id, [])
-        if len(shown) < 3:
-            shown.append(f"{text}  →  kpe {show(kpe)[:80]}, cel-cpp {show(other)[:80]}")
+        if len(shown) < 3 and not any(x.startswith(d.culprit + "  →") for x in shown):
+            shown.append(f"{d.culprit}  →  kpe {show(d.kpe)[:80]}, cel-cpp {show_cpp(d.cel_cpp)[:80]}")
 
     def summary(self) -> str:
         total = self.agreements + sum(self.known.values()) + len(self.unexplained)
@@ -324,7 +383,18 @@ def _maybe(d: dict[str, Any], key: str, value: Any, present: bool) -> None:
         d[key] = value
 
 
-_labels = st.dictionaries(st.sampled_from(LABEL_KEYS), words, max_size=4)
+_COMMON_LABELS = ["team", "app", "zone", "topology.kubernetes.io/zone"]
+
+
+@st.composite
+def _label_maps(draw: st.DrawFn) -> dict[str, str]:
+    # The keys expressions ask for are there more often than not; others at random.
+    out = {key: draw(words) for key in _COMMON_LABELS if draw(index_strategy(10)) < 6}
+    out.update(draw(st.dictionaries(st.sampled_from(LABEL_KEYS), words, max_size=2)))
+    return out
+
+
+_labels = _label_maps()
 _quantities = st.dictionaries(
     st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "pods"]), st.sampled_from(["0", "1", "100m", "2", "4Gi", "1.5", "110"]), max_size=3
 )
@@ -349,7 +419,7 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     _maybe(spec, "priority", draw(small_ints), flags[4])
     containers = []
-    for _ in range(draw(index_strategy(3))):
+    for _ in range(pick(draw, [0, 1, 1, 2])):
         c: dict[str, Any] = {"name": draw(words)}
         if draw(booleans):
             res: dict[str, Any] = {}
@@ -359,7 +429,7 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
         containers.append(c)
     _maybe(spec, "containers", containers, flags[5] or True)
     tolerations = []
-    for _ in range(draw(index_strategy(3))):
+    for _ in range(pick(draw, [0, 1, 1, 2])):
         tol: dict[str, Any] = {}
         _maybe(tol, "key", pick(draw, LABEL_KEYS), draw(booleans))
         _maybe(tol, "operator", pick(draw, ["Equal", "Exists"]), draw(booleans))
@@ -382,7 +452,7 @@ def nodes(draw: st.DrawFn) -> dict[str, Any]:
     _maybe(metadata, "labels", draw(labels()), flags[0] or flags[1])
     spec: dict[str, Any] = {}
     taints = []
-    for _ in range(draw(index_strategy(3))):
+    for _ in range(pick(draw, [0, 1, 1, 2])):
         taint: dict[str, Any] = {"key": pick(draw, LABEL_KEYS), "effect": pick(draw, ["NoSchedule", "PreferNoSchedule", "NoExecute"])}
         _maybe(taint, "value", draw(words), draw(booleans))
         taints.append(taint)
@@ -433,6 +503,7 @@ class Grammar:
     def __init__(self, draw: st.DrawFn) -> None:
         self.draw = draw
         self.vars: list[str] = []
+        self.parts: list[str] = []  # generated sub-expressions without loop variables
         self.top = False
 
     def pick(self, options: list[Any]) -> Any:
@@ -447,6 +518,8 @@ class Grammar:
         leaf = depth <= 0 or self.chance(0.25)
         method = getattr(self, f"{'leaf' if leaf else 'node'}_{kind}")
         text: str = method(depth - 1)
+        if not leaf and not (self.vars and re.search(r"\b(" + "|".join(self.vars) + r")\b", text)):
+            self.parts.append(text)  # closed: evaluable on its own
         return text
 
     # leaves -------------------------------------------------------------------
@@ -677,10 +750,13 @@ class Grammar:
 
 
 @st.composite
-def expressions(draw: st.DrawFn) -> str:
+def expressions(draw: st.DrawFn) -> tuple[str, tuple[str, ...]]:
+    """An expression and its generated sub-expressions that can be evaluated alone."""
     grammar = Grammar(draw)
     kind = pick(draw, KINDS + ["bool", "bool", "top-macro"])
     if kind == "top-macro":
         grammar.top = True
-        return grammar.macro("list", 1 + draw(index_strategy(3)))
-    return grammar.expr(kind, 1 + draw(index_strategy(4)))
+        text = grammar.macro("list", 1 + draw(index_strategy(3)))
+    else:
+        text = grammar.expr(kind, 1 + draw(index_strategy(4)))
+    return text, tuple(grammar.parts)
