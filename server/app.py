@@ -16,6 +16,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.middleware import Middleware
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -25,14 +28,14 @@ from engine.equivalence import EquivalenceCache
 from . import introspection
 from .certificate import ServingCertificate
 from .decisionlog import DecisionLog
-from .extender import VERBS, verb
+from .extender import VERBS, json_response, verb
+from .listeners import WEBHOOK_PATH, SurfaceGuard
 from .logs import request_id
 from .policystore import PolicyStore
 from .settings import Settings
 from .state import ServerState
 from .webhook import handle_admission
 
-WEBHOOK_PATH = "/admission/pods"
 
 log = logging.getLogger("kpe.server")
 
@@ -107,6 +110,12 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
     ]
 
 
+async def _json_http_error(request: Request, exc: Exception) -> Response:
+    """Unknown paths and wrong methods answer JSON, like every other error of kpe's."""
+    assert isinstance(exc, HTTPException)
+    return json_response({"Error": f"{request.method} {request.url.path}: {exc.detail}"}, exc.status_code, headers=dict(exc.headers or {}))
+
+
 def create_app(settings: Settings, *, store: PolicyStore | None = None, client: Any = None, connect: bool = True) -> Starlette:
     """The kpe app. ``client`` injects a Kubernetes client (tests); otherwise the
     lifespan connects according to ``settings.cluster`` unless ``connect`` is False."""
@@ -160,7 +169,9 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
                 await state.client.close()
 
     prefix = settings.prefix.rstrip("/")
-    routes = [Route(f"{prefix}/{name}", verb(name, handler), methods=["POST"], name=name) for name, handler in VERBS.items()]
+    # Binding changes the cluster: served only when asked for (--bind), as kube-scheduler's bindVerb is.
+    served = {name: handler for name, handler in VERBS.items() if name != "bind" or settings.bind}
+    routes = [Route(f"{prefix}/{name}", verb(name, handler), methods=["POST"], name=name) for name, handler in served.items()]
     routes += [
         Route("/healthz", introspection.healthz, methods=["GET"]),
         Route("/readyz", introspection.readyz, methods=["GET"]),
@@ -173,6 +184,11 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         Route("/apis/v1/gated", introspection.gated, methods=["GET"]),
         Route(WEBHOOK_PATH, handle_admission, methods=["POST"], name="admission"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestIdMiddleware)])
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(SurfaceGuard, prefix=prefix), Middleware(RequestIdMiddleware)],
+        exception_handlers={HTTPException: _json_http_error},
+    )
     app.state.kpe = state
     return app

@@ -8,7 +8,9 @@ HTTP errors.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -91,11 +93,16 @@ async def read_json(request: Request, limit: int) -> Any:
             raise HTTPProblem(400, "invalid Content-Length header") from None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPProblem(413, f"request body is over the limit of {limit} bytes (--max-body-bytes)")
-        chunks.append(chunk)
+    timeout = request.app.state.kpe.settings.body_timeout_s
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise HTTPProblem(413, f"request body is over the limit of {limit} bytes (--max-body-bytes)")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise HTTPProblem(408, f"request body not received within {timeout:g} s (--body-timeout-s)") from None
     raw = b"".join(chunks)
     if not raw.strip():
         raise HTTPProblem(400, "request body is empty; expected JSON")
@@ -266,11 +273,22 @@ async def handle_bind(request: Request, state: ServerState) -> Response:
         await state.client.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
     except ApiError as exc:
         state.metrics.binds.labels("error").inc()
-        state.decisions.record("bind", pod, state.store.current.generation, node=args.node, error=exc.message)
-        return json_response({"Error": exc.message})
+        message = without_uids(exc.message)
+        state.decisions.record("bind", pod, state.store.current.generation, node=args.node, error=message)
+        return json_response({"Error": message})
     state.metrics.binds.labels("bound").inc()
     state.decisions.record("bind", pod, state.store.current.generation, node=args.node, error="")
     return json_response({"Error": ""})
+
+
+_UID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def without_uids(message: str) -> str:
+    """The API's message with object UIDs masked. A bind refused for a wrong UID is
+    answered with the pod's real one ("UID in object meta: ..."): passed on, it would
+    hand a caller the one secret a Binding needs."""
+    return _UID.sub("<uid>", message)
 
 
 async def _missing_node(state: ServerState, node: str) -> str:

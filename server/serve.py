@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import ssl
 from typing import Any
 
 from .settings import Settings, UsageError, add_arguments, load_settings
@@ -12,20 +11,15 @@ from .settings import Settings, UsageError, add_arguments, load_settings
 def uvicorn_options(settings: Settings, *, app: Any = None) -> dict[str, Any]:
     """uvicorn's options for ``settings``; with ``app`` (from ``create_app``), its
     serving certificate gets uvicorn's SSL context, to reload it when the files change."""
+    from .listeners import tls_options
+
     options: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_config": None, "access_log": False}
     if settings.tls:
-        options.update(ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key)
-        certificate = app.state.kpe.certificate if app is not None else None
-        if certificate is not None:
-            options.update(ssl_context_factory=certificate.context_factory)
-        if settings.tls_client_ca:
-            options.update(ssl_ca_certs=settings.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+        options.update(tls_options(settings, client_ca=settings.tls_client_ca, app=app))
     return options
 
 
 def cmd_serve(args: argparse.Namespace, out: Any) -> int:
-    import uvicorn
-
     from engine.errors import PolicyLoadError
 
     from .app import create_app
@@ -44,7 +38,9 @@ def cmd_serve(args: argparse.Namespace, out: Any) -> int:
     except PolicyLoadError as exc:
         out.write(exc.render() + "\n\nkpe serve: the policies have errors; nothing to serve.\n")
         return 1
-    uvicorn.run(app, **uvicorn_options(settings, app=app))
+    from .listeners import run
+
+    run(app, settings)
     return 0
 
 

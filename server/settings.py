@@ -32,7 +32,16 @@ class Settings:
     prefix: str = field(default="/scheduler", metadata={"help": "URL prefix of the extender verbs (kube-scheduler's urlPrefix path)"})
     tls_cert: str = field(default="", metadata={"help": "PEM certificate file; with --tls-key, serve HTTPS"})
     tls_key: str = field(default="", metadata={"help": "PEM private key file"})
-    tls_client_ca: str = field(default="", metadata={"help": "CA bundle: require client certificates signed by it (kube-scheduler's tlsConfig)"})
+    tls_client_ca: str = field(default="", metadata={"help": "CA bundle: require client certificates signed by it on --port (kube-scheduler's tlsConfig)"})
+    webhook_port: int = field(default=0, metadata={"help": "port of the admission webhook's own listener (0: served on --port)"})
+    webhook_client_ca: str = field(default="", metadata={"help": "CA bundle: require kube-apiserver's client certificate on --webhook-port"})
+    introspection_port: int = field(default=0, metadata={"help": "port of /apis/v1 (pods, decisions, explanations) on its own listener (0: served on --port)"})
+    introspection_host: str = field(default="127.0.0.1", metadata={"help": "address of the --introspection-port listener (loopback: reach it with kubectl port-forward)"})
+    health_port: int = field(default=0, metadata={"help": "port of /healthz, /readyz and /metrics on their own plain-HTTP listener (0: served on --port)"})
+    bind: bool = field(default=False, metadata={"help": "serve the bind verb (kube-scheduler's bindVerb); off, /<prefix>/bind is not served"})
+    keep_alive_s: float = field(default=120.0, metadata={"help": "close a connection idle this long; longer than kube-scheduler's 90 s, so kpe never closes one the scheduler is about to reuse"})
+    header_timeout_s: float = field(default=10.0, metadata={"help": "close a connection whose request headers take longer than this"})
+    body_timeout_s: float = field(default=10.0, metadata={"help": "answer 408 to a request whose body takes longer than this to arrive"})
     kubeconfig: str = field(default="", metadata={"help": "kubeconfig for cluster access; default: in-cluster credentials, else $KUBECONFIG or ~/.kube/config"})
     cluster: str = field(default="auto", metadata={"help": "cluster access: auto (use credentials if found), on (require them), off (serve whole-node requests only)"})
     max_body_bytes: int = field(default=64 * 1024 * 1024, metadata={"help": "largest request body accepted (sized for 5,000 whole nodes)"})
@@ -89,6 +98,14 @@ class Settings:
             problems.append("--tls-cert and --tls-key go together")
         if self.tls_client_ca and not self.tls:
             problems.append("--tls-client-ca needs --tls-cert and --tls-key")
+        if self.webhook_client_ca and not (self.tls and self.webhook_port):
+            problems.append("--webhook-client-ca needs --webhook-port, --tls-cert and --tls-key")
+        ports = [p for p in (self.port, self.webhook_port, self.introspection_port, self.health_port) if p]
+        if len(ports) != len(set(ports)):
+            problems.append("--port, --webhook-port, --introspection-port and --health-port must differ (0 serves a surface on --port)")
+        for name in ("keep_alive_s", "header_timeout_s", "body_timeout_s"):
+            if getattr(self, name) <= 0:
+                problems.append(f"--{name.replace('_', '-')} must be positive")
         if self.cluster not in ("auto", "on", "off"):
             problems.append(f"--cluster must be auto, on or off, not {self.cluster!r}")
         if self.webhook_on_error not in ("allow", "deny"):

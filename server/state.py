@@ -36,6 +36,7 @@ class ServerState:
     elector: Any = None  # LeaderElector when the gate controller runs
     equivalence: EquivalenceCache = field(default_factory=EquivalenceCache)
     certificate: ServingCertificate | None = None  # with --tls-cert: reloaded when its files change
+    surfaces_by_port: dict[int, frozenset[str]] = field(default_factory=dict)  # see server.listeners.SurfaceGuard
     requeue: Requeuer | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
 
     def __post_init__(self) -> None:

@@ -59,7 +59,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Fak
         created = api.state.add_pod({"metadata": {"name": pod["PodName"], "namespace": pod["PodNamespace"]}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
         BIND["request"] = dict(pod, PodUID=created["metadata"]["uid"])
         kubeconfig = api.write_kubeconfig(tmp / "kubeconfig")
-        app = create_app(Settings(policies=str(POLICIES), kubeconfig=str(kubeconfig), cluster="on", gate_resync_s=0))
+        app = create_app(Settings(policies=str(POLICIES), kubeconfig=str(kubeconfig), cluster="on", gate_resync_s=0, bind=True))
         with serve(app) as url:
             wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
             yield url, api

@@ -48,7 +48,7 @@ body = st.one_of(
 
 @pytest.fixture(scope="module")
 def kpe() -> Iterator[str]:
-    with serve(create_app(Settings(policies=str(POLICIES), cluster="off"))) as url:
+    with serve(create_app(Settings(policies=str(POLICIES), cluster="off", bind=True))) as url:
         yield url
 
 

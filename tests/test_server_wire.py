@@ -29,7 +29,7 @@ def capture(path: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def kpe() -> Iterator[str]:
-    app = create_app(Settings(policies=str(POLICIES), cluster="off", max_body_bytes=2_000_000))
+    app = create_app(Settings(policies=str(POLICIES), cluster="off", max_body_bytes=2_000_000, bind=True))
     with serve(app) as url:
         yield url
 

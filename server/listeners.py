@@ -1,0 +1,266 @@
+"""Where kpe listens: one listener per surface, each with its own TLS and client authentication.
+
+kpe has four surfaces, and they are not called by the same clients:
+
+- ``scheduler``: the extender verbs under ``--prefix``, called by kube-scheduler
+  (``--port``; ``--tls-client-ca`` requires its client certificate);
+- ``webhook``: ``/admission/pods``, called by kube-apiserver (``--webhook-port``;
+  ``--webhook-client-ca``);
+- ``introspection``: ``/apis/v1/...``, which lists pods and decisions, for people
+  (``--introspection-port``, on ``--introspection-host``, loopback by default:
+  reach it with ``kubectl port-forward``, which RBAC guards);
+- ``health``: ``/healthz``, ``/readyz`` and ``/metrics``, for probes and Prometheus
+  (``--health-port``, plain HTTP).
+
+A surface whose port is 0 is served on ``--port`` with the extender verbs (the
+single-listener layout of a laptop or a test). A surface with a port of its own
+is served only there: asking another listener for it is a 404.
+
+uvicorn runs one server per listener in one event loop; the first owns the
+app's lifespan and the signals. Its h11 protocol is extended with a time limit
+on a request's headers: uvicorn has none, so a client that opens connections and
+never finishes a request would hold them for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .settings import Settings
+
+SCHEDULER, WEBHOOK, INTROSPECTION, HEALTH = "scheduler", "webhook", "introspection", "health"
+SURFACES = (SCHEDULER, WEBHOOK, INTROSPECTION, HEALTH)
+WEBHOOK_PATH = "/admission/pods"
+HEALTH_PATHS = frozenset(("/healthz", "/readyz", "/metrics"))
+
+
+def surface_of(path: str, prefix: str) -> str:
+    """Which surface a request path belongs to."""
+    if path == WEBHOOK_PATH:
+        return WEBHOOK
+    if path in HEALTH_PATHS:
+        return HEALTH
+    if path.startswith("/apis/"):
+        return INTROSPECTION
+    return SCHEDULER if path.startswith(prefix.rstrip("/") + "/") else INTROSPECTION
+
+
+@dataclass(frozen=True)
+class Listener:
+    surfaces: frozenset[str]
+    host: str
+    port: int
+    tls: bool
+    client_ca: str = ""
+
+    @property
+    def name(self) -> str:
+        return "+".join(s for s in SURFACES if s in self.surfaces)
+
+
+def plan(settings: Settings) -> list[Listener]:
+    """The listeners ``settings`` ask for; the first serves the extender verbs."""
+    own = {WEBHOOK: settings.webhook_port, INTROSPECTION: settings.introspection_port, HEALTH: settings.health_port}
+    main = frozenset({SCHEDULER} | {s for s, port in own.items() if not port})
+    listeners = [Listener(main, settings.host, settings.port, settings.tls, settings.tls_client_ca)]
+    if settings.webhook_port:
+        listeners.append(Listener(frozenset({WEBHOOK}), settings.host, settings.webhook_port, settings.tls, settings.webhook_client_ca))
+    if settings.introspection_port:
+        listeners.append(Listener(frozenset({INTROSPECTION}), settings.introspection_host, settings.introspection_port, settings.tls))
+    if settings.health_port:
+        listeners.append(Listener(frozenset({HEALTH}), settings.host, settings.health_port, False))
+    return listeners
+
+
+class SurfaceGuard:
+    """Serves a request only on the listener of its surface (a JSON 404 elsewhere).
+    Which port serves what is ``ServerState.surfaces_by_port``, filled in when the
+    sockets are bound (the OS may choose the ports); empty, one listener serves all."""
+
+    def __init__(self, app: Any, *, prefix: str) -> None:
+        self.app = app
+        self.prefix = prefix
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        by_port: Mapping[int, frozenset[str]] = scope["app"].state.kpe.surfaces_by_port if scope["type"] == "http" else {}
+        if by_port:
+            server = scope.get("server")
+            allowed = by_port.get(server[1]) if server else None
+            surface = surface_of(scope["path"], self.prefix)
+            if allowed is not None and surface not in allowed:
+                body = orjson.dumps({"Error": f"{scope['path']} is not served on this port (it is on kpe's {surface} listener)"})
+                await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a limit on how long a request's headers may take to
+    arrive, from the connection's start or the end of the previous response."""
+
+    header_timeout: float = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._seen_cycle: Any = None
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._header_timer is None and (self.cycle is None or self.cycle.response_complete):
+            self._arm()  # the first bytes of the next request on a kept-alive connection
+        super().data_received(data)
+        if self.cycle is not None and self.cycle is not self._seen_cycle:
+            self._seen_cycle = self.cycle  # headers complete: the body has its own limit
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+
+    def _disarm(self) -> None:
+        timer = getattr(self, "_header_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def protocol_class(settings: Settings) -> type[TimedH11Protocol]:
+    return type("KpeH11Protocol", (TimedH11Protocol,), {"header_timeout": settings.header_timeout_s})
+
+
+def config(app: Any, settings: Settings, listener: Listener, *, lifespan: bool) -> uvicorn.Config:
+    options: dict[str, Any] = {
+        "log_config": None,
+        "access_log": False,
+        "lifespan": "on" if lifespan else "off",
+        "http": protocol_class(settings),
+        # Longer than kube-scheduler's Go client keeps idle connections (90 s): were kpe to close
+        # first, a request sent on the closing connection would fail with EOF, and Go does not retry a POST.
+        "timeout_keep_alive": settings.keep_alive_s,  # uvicorn types it int; call_later takes a float
+    }
+    if listener.tls:
+        options.update(tls_options(settings, client_ca=listener.client_ca, app=app))
+    return uvicorn.Config(app, **options)
+
+
+def tls_options(settings: Settings, *, client_ca: str, app: Any = None) -> dict[str, Any]:
+    """uvicorn's TLS options for one listener; with ``app``, the serving certificate keeps
+    uvicorn's SSL context, to reload it when the files change."""
+    options: dict[str, Any] = {"ssl_certfile": settings.tls_cert, "ssl_keyfile": settings.tls_key}
+    certificate = app.state.kpe.certificate if app is not None else None
+    if certificate is not None:
+        options.update(ssl_context_factory=certificate.context_factory)
+    if client_ca:
+        options.update(ssl_ca_certs=client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return options
+
+
+def bind(listener: Listener) -> socket.socket:
+    family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((listener.host, listener.port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class _Follower(uvicorn.Server):
+    """A server that leaves signals to the first one."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Listeners:
+    """Bound sockets and their uvicorn servers; ``urls`` once bound."""
+
+    def __init__(self, app: Any, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+        self.plan = plan(settings)
+        self.sockets = [bind(listener) for listener in self.plan]
+        if len(self.plan) > 1:
+            app.state.kpe.surfaces_by_port = {sock.getsockname()[1]: listener.surfaces for sock, listener in zip(self.sockets, self.plan)}
+        self.servers = [
+            (uvicorn.Server if i == 0 else _Follower)(config(app, settings, listener, lifespan=i == 0))
+            for i, listener in enumerate(self.plan)
+        ]
+        for server in self.servers:
+            server.config.load()  # every TLS context exists before the lifespan starts the certificate watch
+
+    def urls(self) -> dict[str, str]:
+        """Surface -> base URL (with the port the OS chose for a port 0)."""
+        out = {}
+        for sock, listener in zip(self.sockets, self.plan):
+            host, port = sock.getsockname()[:2]
+            url = f"{'https' if listener.tls else 'http'}://{host if ':' not in host else f'[{host}]'}:{port}"
+            out.update({surface: url for surface in listener.surfaces})
+        return out
+
+    async def serve(self) -> None:
+        first, rest = self.servers[0], self.servers[1:]
+        followers = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(rest, self.sockets[1:])]
+        # The followers take requests only once the app's lifespan has started (in the first server).
+        try:
+            await first.serve(sockets=[self.sockets[0]])
+        finally:
+            for server in rest:
+                server.should_exit = True
+            await asyncio.gather(*followers, return_exceptions=True)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.should_exit = True
+
+    @property
+    def started(self) -> bool:
+        return all(s.started for s in self.servers)
+
+
+def run(app: Any, settings: Settings) -> None:
+    """``kpe serve``: every listener until a signal."""
+    asyncio.run(Listeners(app, settings).serve())
+
+
+@contextlib.contextmanager
+def running(app: Any, settings: Settings) -> Iterator[dict[str, str]]:
+    """Serve in a background thread (tests): yields surface -> URL."""
+    listeners = Listeners(app, settings)
+    thread = threading.Thread(target=lambda: asyncio.run(listeners.serve()), daemon=True)
+    thread.start()
+    try:
+        import time
+
+        deadline = time.monotonic() + 15
+        while not listeners.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("kpe did not start")
+            time.sleep(0.01)
+        yield listeners.urls()
+    finally:
+        listeners.stop()
+        thread.join(timeout=10)

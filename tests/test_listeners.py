@@ -1,0 +1,197 @@
+"""kpe's listeners over real sockets: each surface on its own port with its own client
+authentication, bind only when asked for, and connections that neither hang for ever
+nor close under kube-scheduler's feet."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import trustme
+
+from server.app import create_app
+from server.listeners import plan, running, surface_of
+from server.settings import Settings
+
+POLICIES = Path(__file__).parent / "cases" / "wire-policies.yaml"
+FILTER = {"Pod": {"metadata": {"name": "p", "namespace": "demo"}}, "Nodes": {"items": [{"metadata": {"name": "node-1", "labels": {}}}]}}
+REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u1", "operation": "DELETE"}}
+
+
+def files(tmp_path: Path, ca: trustme.CA, name: str) -> tuple[str, str]:
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / f"{name}.crt"))
+    cert.private_key_pem.write_to_path(str(tmp_path / f"{name}.key"))
+    return str(tmp_path / f"{name}.crt"), str(tmp_path / f"{name}.key")
+
+
+def client(ca: trustme.CA, cert: tuple[str, str] | None = None) -> httpx.Client:
+    context = ssl.create_default_context(cafile=None)
+    ca.configure_trust(context)
+    if cert is not None:
+        context.load_cert_chain(*cert)
+    return httpx.Client(verify=context, timeout=5)
+
+
+def test_every_surface_has_its_own_port_and_client_ca_and_answers_only_there(tmp_path: Path) -> None:
+    serving, scheduler_ca, apiserver_ca = trustme.CA(), trustme.CA(), trustme.CA()
+    cert, key = files(tmp_path, serving, "kpe")
+    scheduler_ca.cert_pem.write_to_path(str(tmp_path / "scheduler-ca.pem"))
+    apiserver_ca.cert_pem.write_to_path(str(tmp_path / "apiserver-ca.pem"))
+    scheduler = files(tmp_path, scheduler_ca, "scheduler")
+    apiserver = files(tmp_path, apiserver_ca, "apiserver")
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0, tls_cert=cert, tls_key=key,
+                        tls_client_ca=str(tmp_path / "scheduler-ca.pem"), webhook_port=_free(), webhook_client_ca=str(tmp_path / "apiserver-ca.pem"),
+                        introspection_port=_free(), health_port=_free())
+    assert settings.validate() == []
+    assert [sorted(listener.surfaces) for listener in plan(settings)] == [["scheduler"], ["webhook"], ["introspection"], ["health"]]
+    with running(create_app(settings), settings) as urls:
+        assert set(urls) == {"scheduler", "webhook", "introspection", "health"} and len(set(urls.values())) == 4
+        assert urlsplit(urls["health"]).scheme == "http"
+        with client(serving, scheduler) as as_scheduler, client(serving, apiserver) as as_apiserver, client(serving) as anyone:
+            assert as_scheduler.post(urls["scheduler"] + "/scheduler/filter", json=FILTER).json()["Error"] == ""
+            assert as_apiserver.post(urls["webhook"] + "/admission/pods", json=REVIEW).json()["response"]["allowed"] is True
+            # The wrong client certificate, or none, does not get through TLS.
+            for who, url in ((as_apiserver, urls["scheduler"] + "/scheduler/filter"), (anyone, urls["scheduler"] + "/scheduler/filter"),
+                             (as_scheduler, urls["webhook"] + "/admission/pods"), (anyone, urls["webhook"] + "/admission/pods")):
+                with pytest.raises(httpx.TransportError):
+                    who.post(url, json={})
+            assert anyone.get(urls["introspection"] + "/apis/v1/policies").status_code == 200
+            assert httpx.get(urls["health"] + "/healthz").text == "ok"
+            assert "kpe_requests_total" in httpx.get(urls["health"] + "/metrics").text
+            # Each surface only on its own listener.
+            elsewhere = as_scheduler.get(urls["scheduler"] + "/apis/v1/decisions")
+            assert elsewhere.status_code == 404 and "introspection listener" in elsewhere.json()["Error"]
+            assert as_scheduler.post(urls["scheduler"] + "/admission/pods", json=REVIEW).status_code == 404
+            assert as_scheduler.get(urls["scheduler"] + "/healthz").status_code == 404
+            assert anyone.post(urls["introspection"] + "/scheduler/filter", json=FILTER).status_code == 404
+            assert httpx.post(urls["health"] + "/scheduler/filter", json=FILTER).status_code == 404
+    assert urlsplit(urls["introspection"]).hostname == "127.0.0.1"
+
+
+def test_without_ports_of_their_own_every_surface_is_served_on_the_one_port() -> None:
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0)
+    [listener] = plan(settings)
+    assert sorted(listener.surfaces) == ["health", "introspection", "scheduler", "webhook"]
+    with running(create_app(settings), settings) as urls:
+        url = urls["scheduler"]
+        assert httpx.post(url + "/scheduler/filter", json=FILTER).json()["Error"] == ""
+        assert httpx.get(url + "/healthz").text == "ok"
+        assert httpx.get(url + "/apis/v1/policies").status_code == 200
+
+
+def test_bind_is_served_only_when_asked_for_and_unknown_paths_answer_json() -> None:
+    for bind in (False, True):
+        settings = Settings(policies=str(POLICIES), cluster="off", port=0, bind=bind)
+        with running(create_app(settings), settings) as urls:
+            answer = httpx.post(urls["scheduler"] + "/scheduler/bind", json={"PodName": "p", "PodNamespace": "d", "PodUID": "u", "Node": "n"})
+            assert (answer.status_code == 404) is not bind
+            assert answer.json()["Error"] == ("POST /scheduler/bind: Not Found" if not bind else
+                                              "kpe has no cluster access, so it cannot bind pods: remove bindVerb or give kpe credentials")
+            wrong_method = httpx.get(urls["scheduler"] + "/scheduler/filter")
+            assert wrong_method.status_code == 405 and wrong_method.json()["Error"] == "GET /scheduler/filter: Method Not Allowed"
+
+
+def test_surfaces_are_told_apart_by_path() -> None:
+    assert [surface_of(p, "/scheduler") for p in ("/scheduler/filter", "/admission/pods", "/apis/v1/gated", "/metrics", "/readyz", "/x")] == [
+        "scheduler", "webhook", "introspection", "health", "health", "introspection"]
+
+
+def test_ports_must_differ_and_a_webhook_client_ca_needs_its_own_tls_listener() -> None:
+    problems = Settings(policies=str(POLICIES), port=8443, webhook_port=8443, webhook_client_ca="ca.pem").validate()
+    assert "--port, --webhook-port, --introspection-port and --health-port must differ (0 serves a surface on --port)" in problems
+    assert "--webhook-client-ca needs --webhook-port, --tls-cert and --tls-key" in problems
+
+
+# -- connections -----------------------------------------------------------------
+
+
+def raw(url: str) -> socket.socket:
+    parts = urlsplit(url)
+    sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80), timeout=5)
+    return sock
+
+
+def closed_by_server(sock: socket.socket, within: float) -> bool:
+    sock.settimeout(within)
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except (TimeoutError, socket.timeout):
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def request(path: str = "/healthz") -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: kpe\r\n\r\n".encode()
+
+
+def answer(sock: socket.socket) -> bytes:
+    """One whole response (headers and a Content-Length body) read from ``sock``."""
+    sock.settimeout(5)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        body += sock.recv(4096)
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_connection_that_never_finishes_its_headers_is_closed() -> None:
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0, header_timeout_s=0.3)
+    with running(create_app(settings), settings) as urls:
+        silent = raw(urls["scheduler"])  # connects and says nothing
+        trickle = raw(urls["scheduler"])
+        trickle.sendall(b"POST /scheduler/filter HTTP/1.1\r\nHost: kpe\r\n")  # and never the blank line
+        assert closed_by_server(silent, within=3) and closed_by_server(trickle, within=3)
+        # A complete request on a kept-alive connection is not cut by the header limit.
+        ok = raw(urls["scheduler"])
+        ok.sendall(request())
+        assert b"200 OK" in answer(ok)
+        time.sleep(0.6)  # idle well past the header limit: idle time is keep-alive's business
+        ok.sendall(request())
+        assert b"200 OK" in answer(ok)
+
+
+def test_a_body_that_does_not_arrive_in_time_gets_a_json_408() -> None:
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0, body_timeout_s=0.3)
+    with running(create_app(settings), settings) as urls:
+        sock = raw(urls["scheduler"])
+        sock.sendall(b"POST /scheduler/filter HTTP/1.1\r\nHost: kpe\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"Pod\":")
+        timed_out = answer(sock)
+        assert timed_out.startswith(b"HTTP/1.1 408 ")
+        assert timed_out.endswith(b'{"Error":"request body not received within 0.3 s (--body-timeout-s)"}')
+
+
+def test_idle_keep_alive_connections_outlive_uvicorn_s_5_s_default_and_close_after_the_setting() -> None:
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0)
+    assert settings.keep_alive_s > 90  # kube-scheduler's Go client keeps idle connections 90 s
+    short = Settings(policies=str(POLICIES), cluster="off", port=0, keep_alive_s=0.5)
+    with running(create_app(short), short) as urls:
+        sock = raw(urls["scheduler"])
+        sock.sendall(request())
+        assert b"200 OK" in answer(sock)
+        assert closed_by_server(sock, within=3)
+    with running(create_app(settings), settings) as urls:
+        sock = raw(urls["scheduler"])
+        sock.sendall(request())
+        assert b"200 OK" in answer(sock)
+        assert not closed_by_server(sock, within=5.5)  # uvicorn alone would have closed it after 5 s
+        sock.sendall(request())
+        assert b"200 OK" in answer(sock)
+
+
+def _free() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
