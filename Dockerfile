@@ -45,5 +45,7 @@ RUN groupadd --system --gid 10001 kpe \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kpe
 USER 10001:10001
 
-EXPOSE 8443
+# The extender verbs, the admission webhook, and probes and metrics (deploy/ sets the
+# ports of the last two; introspection listens on loopback and is not exposed).
+EXPOSE 8443 9443 8080
 ENTRYPOINT ["kpe", "serve", "--host", "0.0.0.0"]

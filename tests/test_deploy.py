@@ -33,7 +33,6 @@ Obj = dict[str, Any]
 CLUSTER_RULES = {
     ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
     ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
-    ("", "pods/binding", "create"),
     ("", "events", "create"), ("events.k8s.io", "events", "create"),
 }  # fmt: skip
 LEASE_RULES = {("coordination.k8s.io", "leases", "get"), ("coordination.k8s.io", "leases", "create"), ("coordination.k8s.io", "leases", "update")}
@@ -88,7 +87,7 @@ def selected(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def test_renders_the_expected_objects(objects: list[Obj]) -> None:
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
-        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "MutatingWebhookConfiguration"]
+        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "MutatingWebhookConfiguration", "NetworkPolicy"]
     )
     namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration")]
     assert {o["metadata"].get("namespace") for o in namespaced} == {"kpe-system"}
@@ -126,11 +125,12 @@ def test_volumes_resolve(objects: list[Obj]) -> None:
     assert re.fullmatch(r"kpe-policies-[a-z0-9]{10}", name), "the ConfigMap keeps kustomize's content hash"
     assert exists(objects, "ConfigMap", name, "kpe-system")
     secrets = [v for v in volumes.values() if "secret" in v]
-    assert [s["secret"]["secretName"] for s in secrets] == ["kpe-tls"]
+    assert [s["secret"]["secretName"] for s in secrets] == ["kpe-tls", "kpe-client-ca"]
     # The Secret is made outside the base (so re-applying never replaces the key), as documented.
     assert not any(o["kind"] == "Secret" for o in objects)
     readme = (DEPLOY / "README.md").read_text()
     assert "kubectl -n kpe-system create secret tls kpe-tls" in readme
+    assert "kubectl -n kpe-system create secret generic kpe-client-ca" in readme
 
 
 def test_cert_manager_component_makes_the_secret(tmp_path: Path) -> None:
@@ -146,6 +146,12 @@ def test_cert_manager_component_makes_the_secret(tmp_path: Path) -> None:
     assert exists(objects, issuer["kind"], issuer["name"], "kpe-system")
     webhook = one(objects, "MutatingWebhookConfiguration", "kpe")
     assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "kpe-system/kpe-tls"
+    # Both callers' client certificates come from the same CA, which kpe reads from kpe-tls's ca.crt.
+    for name in ("kpe-scheduler-client", "kpe-apiserver-client"):
+        client = one(objects, "Certificate", name, "kpe-system")
+        assert client["spec"]["usages"] == ["client auth"] and client["spec"]["issuerRef"] == issuer
+    volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
+    assert volumes["client-ca"]["secret"]["secretName"] == "kpe-tls"
 
 
 def test_service_selects_the_pods_and_targets_a_container_port(objects: list[Obj]) -> None:
@@ -157,10 +163,11 @@ def test_service_selects_the_pods_and_targets_a_container_port(objects: list[Obj
     pdb = one(objects, "PodDisruptionBudget", "kpe", "kpe-system")
     assert selected(pdb["spec"]["selector"]["matchLabels"], pod_labels)
     ports = container(objects)["ports"]
-    (port,) = service["spec"]["ports"]
-    assert port["port"] == 443
-    target = port["targetPort"]
-    assert any(p.get("name") == target or p["containerPort"] == target for p in ports), target
+    by_name = {p["name"]: p for p in service["spec"]["ports"]}
+    assert {name: p["port"] for name, p in by_name.items()} == {"scheduler": 443, "webhook": 9443, "metrics": 8080}
+    for port in by_name.values():
+        target = port["targetPort"]
+        assert any(p.get("name") == target or p["containerPort"] == target for p in ports), target
 
 
 def test_webhook_calls_the_service(objects: list[Obj]) -> None:
@@ -169,7 +176,9 @@ def test_webhook_calls_the_service(objects: list[Obj]) -> None:
     (webhook,) = config["webhooks"]
     ref = webhook["clientConfig"]["service"]
     assert (ref["name"], ref["namespace"]) == (service["metadata"]["name"], service["metadata"]["namespace"])
-    assert ref["port"] in [p["port"] for p in service["spec"]["ports"]]
+    [port] = [p for p in service["spec"]["ports"] if p["port"] == ref["port"]]
+    target = next(p for p in container(objects)["ports"] if p["name"] == port["targetPort"])
+    assert target["containerPort"] == int(literal_env(container(objects))["KPE_WEBHOOK_PORT"]), "the webhook's own listener"
     assert ref["path"] == WEBHOOK_PATH == "/admission/pods"
     assert "caBundle" in webhook["clientConfig"], "the caBundle placeholder is part of the base"
     assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]
@@ -201,7 +210,10 @@ def test_probes(objects: list[Obj]) -> None:
         get = c[probe]["httpGet"]
         assert get["path"] == path
         assert get["port"] in port_names
-        assert get["scheme"] == "HTTPS"  # kpe serves TLS only when KPE_TLS_CERT is set, as it is
+        # The health listener (KPE_HEALTH_PORT) is plain HTTP: probes need no client certificate.
+        assert get["scheme"] == "HTTP"
+        port = next(p for p in c["ports"] if p["name"] == get["port"])
+        assert port["containerPort"] == int(literal_env(c)["KPE_HEALTH_PORT"])
 
 
 def literal_env(c: Obj) -> dict[str, str]:
@@ -224,7 +236,13 @@ def test_env_values_make_valid_settings_that_match_the_pod(objects: list[Obj]) -
     settings = load_settings(environ=env)
     assert settings.validate() == []
     assert settings.tls and settings.cluster == "on"
-    assert settings.port in [p["containerPort"] for p in c["ports"]]
+    container_ports = [p["containerPort"] for p in c["ports"]]
+    assert settings.port in container_ports and settings.webhook_port in container_ports and settings.health_port in container_ports
+    # Safe by default: client certificates on the scheduler's and the API server's listeners,
+    # introspection (it lists pods) on loopback only, and no bind verb.
+    assert settings.tls_client_ca and settings.webhook_client_ca
+    assert settings.introspection_port not in container_ports and settings.introspection_host == "127.0.0.1"
+    assert settings.bind is False
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     assert settings.policies == mounts["policies"]
     assert Path(settings.tls_cert).parent == Path(settings.tls_key).parent == Path(mounts["tls"])
@@ -262,6 +280,27 @@ def rules(role: Obj) -> set[tuple[str, str, str]]:
                     assert "*" not in (group, resource, verb), rule
                     out.add((group, resource, verb))
     return out
+
+
+def test_network_policy_admits_only_the_served_ports(objects: list[Obj]) -> None:
+    policy = one(objects, "NetworkPolicy", "kpe", "kpe-system")
+    assert selected(policy["spec"]["podSelector"]["matchLabels"], deployment(objects)["spec"]["template"]["metadata"]["labels"])
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    admitted = sorted(port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"])
+    assert admitted == ["health", "scheduler", "webhook"]
+    [metrics] = [rule for rule in policy["spec"]["ingress"] if rule["ports"][0]["port"] == "health"]
+    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kpe.dev/scrape-metrics": "true"}}}]
+
+
+def test_the_bind_component_adds_the_setting_and_exactly_its_rbac(tmp_path: Path) -> None:
+    shutil.copytree(DEPLOY, tmp_path / "deploy")
+    (tmp_path / "overlay").mkdir()
+    (tmp_path / "overlay" / "kustomization.yaml").write_text("resources: [../deploy]\ncomponents: [../deploy/bind]\n")
+    with_bind = kustomize(tmp_path / "overlay")
+    assert literal_env(container(with_bind))["KPE_BIND"] == "true"
+    assert rules(one(with_bind, "ClusterRole", "kpe-bind")) == {("", "pods/binding", "create")}
+    binding = one(with_bind, "ClusterRoleBinding", "kpe-bind")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kpe", "namespace": "kpe-system"}]
 
 
 def test_rbac_is_exactly_least_privilege(objects: list[Obj]) -> None:
