@@ -59,18 +59,30 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 class Kpe:
-    """One ``kpe serve`` process over HTTPS."""
+    """One ``kpe serve`` process, with a listener per surface as deploy/ runs it: ``url`` is
+    the extender verbs' (``scheduler`` is a client with kube-scheduler's certificate),
+    ``http`` a client of the introspection listener, ``health`` of the probes and metrics."""
 
-    def __init__(self, process: Process, url: str, ca_file: Path) -> None:
+    def __init__(self, process: Process, ports: dict[str, int], ca_file: Path, scheduler_client: tuple[Path, Path]) -> None:
         self.process = process
-        self.url = url
+        self.url = f"https://127.0.0.1:{ports['scheduler']}"
+        self.webhook_url = f"https://127.0.0.1:{ports['webhook']}"
         self.ca_file = ca_file
-        self.http = httpx.Client(base_url=url, verify=ssl.create_default_context(cafile=str(ca_file)), timeout=15.0)
+        trust = ssl.create_default_context(cafile=str(ca_file))
+        self.http = httpx.Client(base_url=f"https://127.0.0.1:{ports['introspection']}", verify=trust, timeout=15.0)
+        self.health = httpx.Client(base_url=f"http://127.0.0.1:{ports['health']}", timeout=15.0)
+        as_scheduler = ssl.create_default_context(cafile=str(ca_file))
+        as_scheduler.load_cert_chain(*map(str, scheduler_client))
+        self.scheduler = httpx.Client(base_url=self.url, verify=as_scheduler, timeout=15.0)
+
+    def close(self) -> None:
+        for client in (self.http, self.health, self.scheduler):
+            client.close()
 
     def metric(self, name: str, **labels: str) -> float:
         """The sum of the /metrics samples of ``name`` that carry ``labels`` (0 when there are none)."""
         total = 0.0
-        for line in self.http.get("/metrics").text.splitlines():
+        for line in self.health.get("/metrics").text.splitlines():
             sample, _, value = line.rpartition(" ")
             metric, _, rest = sample.partition("{")
             if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
@@ -117,23 +129,26 @@ class Cluster:
         return self.api.node(name, **kw)
 
     def start_kpe(self, *, identity: str = "kpe-a", extra: tuple[str, ...] = ()) -> Kpe:
-        port = free_port()
+        ports = {surface: free_port() for surface in ("scheduler", "webhook", "introspection", "health")}
         cert = self.ca.issue_cert("127.0.0.1", "localhost")
         cert_file, key_file = self.workdir / f"{identity}.crt", self.workdir / f"{identity}.key"
         cert.cert_chain_pems[0].write_to_path(str(cert_file))
         cert.private_key_pem.write_to_path(str(key_file))
         argv = [kpe_executable(), "serve", "--policies", str(self.policies), "--kubeconfig", str(self.plane.kpe_kubeconfig),
-                "--cluster", "on", "--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(cert_file), "--tls-key", str(key_file),
+                "--cluster", "on", "--host", "127.0.0.1", "--tls-cert", str(cert_file), "--tls-key", str(key_file),
+                "--port", str(ports["scheduler"]), "--tls-client-ca", str(self.plane.clients_ca_file),
+                "--webhook-port", str(ports["webhook"]), "--webhook-client-ca", str(self.plane.clients_ca_file),
+                "--introspection-port", str(ports["introspection"]), "--health-port", str(ports["health"]),
                 "--identity", identity, "--reload-debounce-ms", "100", *extra]
         process = start(f"kpe-{identity}", argv, self.workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        kpe = Kpe(process, f"https://127.0.0.1:{port}", self.ca_file)
+        kpe = Kpe(process, ports, self.ca_file, self.plane.scheduler_client)
         self.kpes.append(kpe)
 
         def ready() -> bool:
             if not process.alive():
                 raise AssertionError("kpe exited:\n" + process.tail())
             try:
-                return kpe.http.get("/readyz").status_code == 200
+                return kpe.health.get("/readyz").status_code == 200
             except httpx.HTTPError:
                 return False
 
@@ -150,7 +165,8 @@ class Cluster:
                                       "clientConnection": {"kubeconfig": str(self.plane.kubeconfig)}}
         else:
             argv = [kpe_executable(), "scheduler-config", "--policies", str(self.policies), "--url", kpe.url + "/scheduler",
-                    "--ca-file", str(self.ca_file), "--kubeconfig", str(self.plane.kubeconfig)]
+                    "--ca-file", str(self.ca_file), "--kubeconfig", str(self.plane.kubeconfig),
+                    "--cert-file", str(self.plane.scheduler_client[0]), "--key-file", str(self.plane.scheduler_client[1])]
             argv += ["--node-cache-capable" if node_cache_capable else "--no-node-cache-capable"] + (["--bind"] if bind else [])
             out = subprocess.run(argv, check=True, capture_output=True, text=True)
             config = yaml.safe_load(out.stdout)
@@ -167,7 +183,7 @@ class Cluster:
         """deploy/webhook.yaml as shipped, pointed at this kpe with this CA and limited to this namespace."""
         doc = yaml.safe_load((REPO / "deploy" / "webhook.yaml").read_text())
         hook = doc["webhooks"][0]
-        hook["clientConfig"] = {"url": kpe.url + "/admission/pods", "caBundle": base64.b64encode(self.ca.cert_pem.bytes()).decode()}
+        hook["clientConfig"] = {"url": kpe.webhook_url + "/admission/pods", "caBundle": base64.b64encode(self.ca.cert_pem.bytes()).decode()}
         hook["namespaceSelector"]["matchExpressions"].append({"key": "kubernetes.io/metadata.name", "operator": "In", "values": [self.namespace]})
         doc["metadata"] = {"name": "kpe-e2e"}
         self.api.apply("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", doc)
@@ -194,7 +210,7 @@ class Cluster:
         if self.scheduler is not None:
             self.scheduler.stop()
         for kpe in self.kpes:
-            kpe.http.close()
+            kpe.close()
             kpe.process.stop()
         if self.webhook:
             self.api.delete("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/kpe-e2e")

@@ -215,6 +215,7 @@ class ControlPlane:
         wait_until(lambda: _ok(self.etcd_url + "/health"), 30, "etcd to be healthy")
         self._keys()
         (w / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n{KPE_TOKEN},kpe,kpe,""\n')
+        self._client_certificates()
         self.apiserver_port = free_port()
         self.url = f"https://127.0.0.1:{self.apiserver_port}"
         self._apiserver_argv = [
@@ -224,6 +225,7 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={w / 'sa.pub'}",
             f"--service-account-signing-key-file={w / 'sa.key'}", "--service-cluster-ip-range=10.0.0.0/24",
             "--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            f"--admission-control-config-file={w / 'admission.yaml'}",
             *extra_apiserver_flags,
         ]
         self.start_apiserver()
@@ -269,6 +271,31 @@ class ControlPlane:
         (self.workdir / "sa.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()))
         (self.workdir / "sa.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
+    def _client_certificates(self) -> None:
+        """A CA for kpe's callers, as deploy/README.md sets them up: kube-scheduler's client
+        certificate, and the API server's, which it presents to every webhook (user "*")."""
+        import trustme
+
+        w = self.workdir
+        self.clients_ca = trustme.CA()
+        self.clients_ca_file = w / "clients-ca.pem"
+        self.clients_ca.cert_pem.write_to_path(str(self.clients_ca_file))
+        for who in ("kube-scheduler", "kube-apiserver"):
+            cert = self.clients_ca.issue_cert(f"{who}-to-kpe")
+            cert.cert_chain_pems[0].write_to_path(str(w / f"{who}-client.crt"))
+            cert.private_key_pem.write_to_path(str(w / f"{who}-client.key"))
+        self.scheduler_client = (w / "kube-scheduler-client.crt", w / "kube-scheduler-client.key")
+        (w / "webhook-kubeconfig.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "users": [{"name": "*", "user": {"client-certificate": str(w / "kube-apiserver-client.crt"), "client-key": str(w / "kube-apiserver-client.key")}}],
+        }))
+        (w / "admission.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+            "plugins": [{"name": "MutatingAdmissionWebhook", "configuration": {
+                "apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
+                "kubeConfigFile": str(w / "webhook-kubeconfig.yaml")}}],
+        }))
+
     def _write_kubeconfig(self, user: str, token: str) -> Path:
         path = self.workdir / f"{user}.kubeconfig"
         path.write_text(yaml.safe_dump({
@@ -280,9 +307,12 @@ class ControlPlane:
         return path
 
     def _kpe_rbac(self) -> None:
-        """deploy/rbac.yaml as shipped, bound to the user kpe runs as here instead of its ServiceAccount."""
         self.api.namespace("kpe-system")
-        for doc in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()):
+        self.apply_rbac(REPO / "deploy" / "rbac.yaml")
+
+    def apply_rbac(self, path: Path) -> None:
+        """RBAC from deploy/ as shipped, bound to the user kpe runs as here instead of its ServiceAccount."""
+        for doc in yaml.safe_load_all(path.read_text()):
             if not doc:
                 continue
             kind = doc["kind"]
@@ -290,8 +320,8 @@ class ControlPlane:
                 doc["subjects"] = [{"kind": "User", "name": "kpe", "apiGroup": "rbac.authorization.k8s.io"}]
             namespace = doc["metadata"].get("namespace", "kpe-system")
             plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings"}[kind]
-            path = f"/apis/rbac.authorization.k8s.io/v1/{plural}" if kind.startswith("Cluster") else f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}"
-            self.api.apply(path, doc)
+            collection = f"/apis/rbac.authorization.k8s.io/v1/{plural}" if kind.startswith("Cluster") else f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}"
+            self.api.apply(collection, doc)
 
 
 def _ok(url: str, token: str = "") -> bool:

@@ -46,7 +46,7 @@ def test_a_burst_of_training_pods_never_overruns_the_team_s_gpu_quota(cluster: C
     [held] = gated(cluster)
     assert held == "train-4", "oldest first: the last one created waits"
     waiting = kpe.http.get("/apis/v1/gated").json()["pods"]
-    assert [p["name"] for p in waiting] == ["train-4"]
+    assert [p["name"] for p in waiting] == ["train-4"], kpe.http.get("/apis/v1/gated").json()
     assert "team vision uses 16 of its 16 GPUs; this pod needs 4 more" in str(waiting)
 
     # Quota freed: the held pod is released and scheduled.
