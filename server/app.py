@@ -38,6 +38,7 @@ from .webhook import handle_admission
 
 
 log = logging.getLogger("kpe.server")
+LEASE_RELEASE_TIMEOUT_S = 5.0
 
 
 class RequestIdMiddleware:
@@ -162,6 +163,12 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
             yield
         finally:
             stop.set()
+            # The Lease campaign gives the Lease up on its way out, so another replica takes
+            # over at once instead of after it expires: let it finish a renewal in flight
+            # and the release, rather than cancel it in the middle of either.
+            campaign = [t for t in tasks if t.get_name() == "leader-election"]
+            if campaign:
+                await asyncio.wait(campaign, timeout=LEASE_RELEASE_TIMEOUT_S)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -43,6 +43,7 @@ SCHEDULER, WEBHOOK, INTROSPECTION, HEALTH = "scheduler", "webhook", "introspecti
 SURFACES = (SCHEDULER, WEBHOOK, INTROSPECTION, HEALTH)
 WEBHOOK_PATH = "/admission/pods"
 HEALTH_PATHS = frozenset(("/healthz", "/readyz", "/metrics"))
+SHUTDOWN_TIMEOUT_S = 5
 
 
 def surface_of(path: str, prefix: str) -> str:
@@ -159,6 +160,9 @@ def config(app: Any, settings: Settings, listener: Listener, *, lifespan: bool) 
         # Longer than kube-scheduler's Go client keeps idle connections (90 s): were kpe to close
         # first, a request sent on the closing connection would fail with EOF, and Go does not retry a POST.
         "timeout_keep_alive": settings.keep_alive_s,  # uvicorn types it int; call_later takes a float
+        # On a stop, an idle TLS connection whose client does not answer the close would hold
+        # the shutdown for asyncio's 30 s TLS timeout; the Lease is released after it.
+        "timeout_graceful_shutdown": SHUTDOWN_TIMEOUT_S,
     }
     if listener.tls:
         options.update(tls_options(settings, client_ca=listener.client_ca, app=app))

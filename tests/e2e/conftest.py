@@ -188,6 +188,17 @@ class Cluster:
         doc["metadata"] = {"name": "kpe-e2e"}
         self.api.apply("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", doc)
         self.webhook = True
+        # The API server picks a new configuration up a moment later: until it calls kpe, pods
+        # would be created without gates. A dry run calls mutating webhooks and stores nothing.
+        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "webhook-probe"},
+                 "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+        before = kpe.metric("kpe_admission_reviews_total")
+
+        def called() -> bool:
+            self.api.create(f"/api/v1/namespaces/{self.namespace}/pods", probe, params={"dryRun": "All"})
+            return kpe.metric("kpe_admission_reviews_total") > before
+
+        wait_until(called, 15, "the API server to call kpe's webhook", interval=0.2)
 
     # -- observing -----------------------------------------------------------
     def bound(self) -> dict[str, str]:

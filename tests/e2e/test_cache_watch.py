@@ -46,7 +46,7 @@ def filter_passes(kpe: Kpe, namespace: str, node: str, team: str) -> bool:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": namespace, "uid": f"probe-{team}", "labels": {"team": team}},
            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
     # The verbs' own client where kpe serves them on a listener of their own (with kube-scheduler's certificate).
-    client = getattr(kpe, "scheduler", kpe.http)
+    client = kpe.scheduler
     answer = client.post("/scheduler/filter", json={"Pod": pod, "NodeNames": [node]})
     assert answer.status_code == 200, answer.text
     body = answer.json()
