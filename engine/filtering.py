@@ -14,13 +14,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
+from time import perf_counter
 from typing import Any
 
 from . import cel
 from .cel.runtime import Unbound
+from .deadline import Deadline, Overdue
 from .equivalence import ClassMemo, EquivalenceCache, PolicyReads, Snapshot
 from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
-from .nodeinfo import node_name
+from .nodeinfo import node_name, node_names
 from .policy import FilterRule, PolicySet
 
 NO_NODE_INFO = Unbound("nodeInfo")
@@ -63,6 +65,7 @@ class FilterResult:
     memo_hits: int = 0  # nodes answered from the equivalence cache
     memo_misses: int = 0
     rejections: dict[str, int] = field(default_factory=dict)  # "policy/rule" -> nodes it failed (unresolvable included)
+    overdue: int = 0  # nodes answered without evaluation: the request's deadline had passed
 
 
 def filter_nodes(
@@ -74,8 +77,12 @@ def filter_nodes(
     now: Any = None,
     explain: bool = False,
     memo: EquivalenceCache | None = None,
+    deadline: Deadline | None = None,
 ) -> FilterResult:
     """Split ``nodes`` into passing, failed and unresolvable for ``pod``.
+
+    Past ``deadline``, the nodes not evaluated yet are answered under each
+    policy's failurePolicy (see ``engine.deadline``).
 
     With ``memo``, per-node results of rules that do not read ``now`` are kept
     for the pod's equivalence class and reused while the node and its
@@ -92,10 +99,26 @@ def filter_nodes(
     counts = [0] * len(ordered)
     table = None if explain or memo is None else memo.table(generation=policy_set.generation, verb="filter", scopes=scopes, pod=pod)
     if table is not None and memo is not None:
-        _memoized(result, ordered, counts, nodes, node_info, table, lambda scope: memo.reads(scope.policy))
+        try:
+            _memoized(result, ordered, counts, nodes, node_info, table, lambda scope: memo.reads(scope.policy), deadline)
+        except Overdue:
+            # What was computed is remembered for the next request of this class; this one
+            # answers every node as overdue rather than assemble a partial view.
+            assert deadline is not None
+            result.passed.clear()
+            result.failed.clear()
+            result.unresolvable.clear()
+            _overdue(result, scopes, node_names(nodes), deadline)
+            result.rejections = _count_rules(result.failed.values(), result.unresolvable.values())
     else:
         plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in ordered]
-        (_explained if explain else _fast)(result, plan, counts, nodes, node_info)
+        if explain:
+            _explained(result, plan, counts, nodes, node_info)
+        else:
+            done = _fast(result, plan, counts, nodes, node_info, deadline)
+            if done < len(nodes):
+                assert deadline is not None
+                _overdue(result, scopes, node_names(nodes[done:]), deadline)
         result.rejections = _count_rules(result.failed.values(), result.unresolvable.values())
     result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule), n in zip(ordered, counts)]
     result.evaluations = sum(counts)
@@ -135,13 +158,19 @@ def _evaluate(scope: PolicyScope, rule: FilterRule, arity: int, fn: Any, bind_er
         return None, exc.message
 
 
-def _fast(result: FilterResult, plan: Plan, counts: list[int], nodes: Sequence[Mapping[str, Any]], node_info: Mapping[str, Any] | None) -> None:
-    """The scheduler's path: stop at the first rejecting Enforce rule; Audit rules always run."""
+def _fast(
+    result: FilterResult, plan: Plan, counts: list[int], nodes: Sequence[Mapping[str, Any]], node_info: Mapping[str, Any] | None, deadline: Deadline | None
+) -> int:
+    """The scheduler's path: stop at the first rejecting Enforce rule; Audit rules always run.
+    Returns how many nodes were evaluated before the deadline (all of them without one)."""
     enforce = [(i, *entry) for i, entry in enumerate(plan) if entry[0].policy.enforce]
     audit = [(i, *entry) for i, entry in enumerate(plan) if not entry[0].policy.enforce]
     info_get = node_info.get if node_info is not None else None
     passed, failed, unresolvable = result.passed, result.failed, result.unresolvable
-    for node in nodes:
+    due = deadline.at if deadline is not None else None
+    for done, node in enumerate(nodes):
+        if due is not None and perf_counter() > due:
+            return done
         name = node_name(node)
         info = info_get(name, NO_NODE_INFO) if info_get is not None else NO_NODE_INFO
         cache: dict[str, Any] = {}
@@ -176,6 +205,21 @@ def _fast(result: FilterResult, plan: Plan, counts: list[int], nodes: Sequence[M
             rejected, message, _ = _judge(scope, rule, node, info, cache, value, error, name, result.errors)
             if rejected:
                 result.audit_rejections.append(RuleEvent(scope.policy.name, rule.name, name, message))
+    return len(nodes)
+
+
+def _overdue(result: FilterResult, scopes: Sequence[PolicyScope], names: list[str], deadline: Deadline) -> None:
+    """Answer ``names`` unevaluated, as an evaluation error would be: rejected when a matching
+    Enforce policy with filters fails closed, otherwise not held against the node."""
+    closed = [s for s in scopes if s.policy.enforce and s.policy.filters and s.policy.fail_closed]
+    result.overdue += len(names)
+    if not closed:
+        result.passed.extend(names)
+        return
+    reason = f"{closed[0].policy.name}/(deadline): {deadline.message}"
+    for name in names:
+        result.failed[name] = reason
+    result.errors.append(RuleEvent(closed[0].policy.name, "(deadline)", "", f"{len(names)} nodes not evaluated: {deadline.message}"))
 
 
 NEVER = 1 << 30  # the position of the rejecting rule when no rule rejects
@@ -259,6 +303,7 @@ def _memoized(
     node_info: Mapping[str, Any] | None,
     memo: ClassMemo,
     reads: Callable[[PolicyScope], PolicyReads],
+    deadline: Deadline | None = None,
 ) -> None:
     """The fast path's verdicts from remembered results. Rules that read ``now`` run
     per request, in plan order around the remembered ones, so the first rejecting
@@ -268,6 +313,8 @@ def _memoized(
     enforced = sum(1 for scope, _ in ordered if scope.policy.enforce)
     timed = [reads(scope).timed(rule.expression, rule.message_expression) for scope, rule in ordered]
     def remember(node: Any, info: Any, name: str) -> Remembered:
+        if deadline is not None:
+            deadline.check()  # raises Overdue: nothing past the deadline is remembered
         if memo.bound is None:
             # Rules that read now are left unbound here: _remember skips them.
             plan = [(i, scope, rule, *((0, None, None) if timed[i] else scope.caller(rule.expression))) for i, (scope, rule) in enumerate(ordered)]

@@ -24,6 +24,7 @@ from typing import Any
 
 from . import cel
 from .evaluation import matching_scopes, request_inputs, run_rule
+from .deadline import Deadline
 from .filtering import NO_NODE_INFO, RuleEvent, filter_nodes
 from .nodeinfo import NodeInfoAccumulator, pod_key
 from .policy import PolicySet
@@ -37,6 +38,7 @@ class PreemptionResult:
     errors: list[RuleEvent] = field(default_factory=list)
     audit_rejections: list[RuleEvent] = field(default_factory=list)
     rejections: dict[str, int] = field(default_factory=dict)  # "policy/rule" -> candidate nodes it dropped
+    overdue: int = 0  # candidates decided unevaluated: the request's deadline had passed
 
 
 def victim_name(victim: Mapping[str, Any]) -> str:
@@ -52,14 +54,25 @@ def preempt(
     nodes: Mapping[str, Mapping[str, Any]] | None = None,
     node_info: Mapping[str, Any] | None = None,
     now: Any = None,
+    deadline: Deadline | None = None,
 ) -> PreemptionResult:
-    """Keep the candidate nodes (and their victims) that every policy allows."""
+    """Keep the candidate nodes (and their victims) that every policy allows. Past
+    ``deadline``, the candidates left are dropped when a matching Enforce policy
+    fails closed, and kept otherwise."""
     result = PreemptionResult(policy_set.generation)
     inputs = request_inputs(pod, now)
     matching = matching_scopes(policy_set, pod, inputs)
     scopes = [s for s in matching if s.policy.preemption]
-    refiltered = _filters_after_evictions(policy_set, pod, candidates, matching, result, nodes=nodes or {}, node_info=node_info, now=inputs["now"])
+    refiltered = _filters_after_evictions(policy_set, pod, candidates, matching, result, nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline)
+    closed = [s for s in matching if s.policy.enforce and s.policy.fail_closed and (s.policy.filters or s.policy.preemption)]
     for name, victims in candidates.items():
+        if deadline is not None and deadline.passed():
+            result.overdue += 1
+            if closed:
+                result.rejected[name] = f"{closed[0].policy.name}/(deadline): {deadline.message}"
+            else:
+                result.candidates[name] = list(victims)
+            continue
         if not victims:
             result.rejected[name] = "no victims: preemption would not free anything on this node"
             continue
@@ -122,6 +135,7 @@ def _filters_after_evictions(
     nodes: Mapping[str, Mapping[str, Any]],
     node_info: Mapping[str, Any] | None,
     now: Any,
+    deadline: Deadline | None = None,
 ) -> dict[str, str]:
     """The candidate nodes the filters still reject once the victims are gone,
     with the reason. Runs the filter decision itself (same order, messages,
@@ -148,7 +162,8 @@ def _filters_after_evictions(
             after[name] = without_victims(node_info.get(name), victims)
     if not known:
         return rejected
-    verdict = filter_nodes(policy_set, pod, known, node_info=after if node_info is not None else None, now=now)
+    verdict = filter_nodes(policy_set, pod, known, node_info=after if node_info is not None else None, now=now, deadline=deadline)
+    result.overdue += verdict.overdue
     result.errors.extend(verdict.errors)
     result.audit_rejections.extend(verdict.audit_rejections)
     for label, n in verdict.rejections.items():

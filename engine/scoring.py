@@ -18,7 +18,8 @@ from . import cel
 from .equivalence import EquivalenceCache
 from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
 from .filtering import NO_NODE_INFO, RuleEvent
-from .nodeinfo import node_name
+from .deadline import Deadline, Overdue
+from .nodeinfo import node_name, node_names
 from .policy import PolicySet, ScoreRule
 
 MAX_EXTENDER_PRIORITY = 10
@@ -61,6 +62,7 @@ class ScoreResult:
     matched: list[str] = field(default_factory=list)
     memo_hits: int = 0  # nodes answered from the equivalence cache
     memo_misses: int = 0
+    overdue: int = 0  # nodes scored 0 unevaluated: the request's deadline had passed
 
 
 def to_rule_score(value: Any) -> float:
@@ -92,6 +94,7 @@ def score_nodes(
     now: Any = None,
     explain: bool = False,
     memo: EquivalenceCache | None = None,
+    deadline: Deadline | None = None,
 ) -> ScoreResult:
     """Score ``nodes`` for ``pod``. With ``memo`` (and no score rule reading ``now``),
     a node's score is reused for pods of the same equivalence class while the node
@@ -108,6 +111,8 @@ def score_nodes(
 
     def scored(node: Any, info: Any, name: str) -> NodeScore:
         nonlocal plan
+        if deadline is not None:
+            deadline.check()  # raises Overdue: nothing past the deadline is remembered
         if plan is None:
             # With the cache, the rules bound to the class's first pod serve the whole class.
             if table is not None and table.bound is not None:
@@ -119,7 +124,14 @@ def score_nodes(
         return _score_node(plan, counts, node, info, name, explain=explain)
 
     if table is not None:
-        found = table.lookup(nodes, node_info, NO_NODE_INFO, scored)
+        try:
+            found = table.lookup(nodes, node_info, NO_NODE_INFO, scored)
+        except Overdue:
+            # Past the deadline a rule counts as failed to evaluate: 0, or left out of the mean.
+            result.scores = dict.fromkeys(node_names(nodes), 0)
+            result.overdue = len(nodes)
+            result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule), n in zip(rules, counts)]
+            return result
         result.memo_hits, result.memo_misses = found.hits, len(found.names) - found.hits
         previous = found.previous
         if found.changed == [] and previous is not None and previous.derived is not None:
@@ -135,7 +147,12 @@ def score_nodes(
     else:
         for node in nodes:
             name = node_name(node)
-            outcome = scored(node, node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO, name)
+            try:
+                outcome = scored(node, node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO, name)
+            except Overdue:
+                result.scores[name] = 0
+                result.overdue += 1
+                continue
             result.scores[name] = outcome.score
             result.errors += outcome.errors
             if result.explanation is not None:

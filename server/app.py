@@ -172,6 +172,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            state.worker.close()
             if state.client is not None and client is None:
                 await state.client.close()
 

@@ -165,12 +165,17 @@ class ClusterCache:
         replaced, never changed, when its node's pods change, and the map logs
         which were replaced (the equivalence cache relies on both)."""
         if self._stale:
-            for name in self._stale:
+            # Read in the evaluation worker while the event loop applies watch events: take
+            # the names as they are now (one C call); a name added meanwhile waits for the next read.
+            stale = set(self._stale)
+            self._stale.difference_update(stale)
+            for name in stale:
                 if name in self._nodes:
                     acc = self._acc.get(name)
                     self._views[name] = acc.view() if acc is not None else {"pods": [], "podCount": 0, "requested": {}}
                     self._views.replaced(name)
-            self._stale.clear()
+                elif self._views.pop(name, None) is not None:
+                    self._views.replaced(name)  # the node was deleted
         return self._views
 
     # --- running -------------------------------------------------------------
@@ -315,9 +320,7 @@ class ClusterCache:
         if kind == "node":
             gone = self._nodes.pop(key, None)
             self.node_version += 1
-            if self._views.pop(key, None) is not None:
-                self._views.replaced(key)
-            self._stale.discard(key)
+            self._stale.add(key)  # its view goes at the next read of node_info, in the thread that reads it
         else:
             gone = self._pods.pop(key, None)
             self._place(key, None)

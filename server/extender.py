@@ -20,10 +20,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine.admission import admit
+from engine.deadline import Deadline
 from engine.filtering import filter_nodes
 from engine.preemption import preempt
 from engine.scoring import score_nodes
 
+from .body import implausible
 from .state import ServerState
 from .wire import (
     WireError,
@@ -106,6 +108,9 @@ async def read_json(request: Request, limit: int) -> Any:
     raw = b"".join(chunks)
     if not raw.strip():
         raise HTTPProblem(400, "request body is empty; expected JSON")
+    refused = implausible(raw)
+    if refused:
+        raise HTTPProblem(413, refused)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -126,6 +131,7 @@ def verb(name: str, handler: Handler) -> Callable[[Request], Awaitable[Response]
     async def endpoint(request: Request) -> Response:
         state: ServerState = request.app.state.kpe
         start = time.perf_counter()
+        request.state.deadline = Deadline.after(state.settings.request_deadline_s, start=start)
         try:
             response = await handler(request, state)
         except HTTPProblem as exc:
@@ -161,7 +167,9 @@ async def handle_filter(request: Request, state: ServerState) -> Response:
     state.metrics.nodes_per_request.labels("filter").observe(len(nodes) + len(failed))
     # Only cached nodes can be remembered: they are the same objects until the cache replaces them.
     memo = state.equivalence if args.nodes is None else None
-    result = filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo)
+    deadline = request.state.deadline
+    result = await state.worker.run(lambda: filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline))
+    state.count_overdue("filter", result.overdue)
     state.count_equivalence("filter", result.memo_hits, result.memo_misses)
     if failed:
         failed.update(result.failed)  # the names kpe does not know, then the rejected ones
@@ -212,7 +220,9 @@ async def handle_prioritize(request: Request, state: ServerState) -> Response:
         nodes, _unknown = state.resolve_nodes(order, "prioritize")
     state.metrics.nodes_per_request.labels("prioritize").observe(len(order))
     memo = state.equivalence if args.nodes is None else None
-    result = score_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo)
+    deadline = request.state.deadline
+    result = await state.worker.run(lambda: score_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline))
+    state.count_overdue("prioritize", result.overdue)
     state.count_equivalence("prioritize", result.memo_hits, result.memo_misses)
     state.metrics.count_rules("score", result.rule_counts, result.errors, [])
     state.record("prioritize", args.pod, policy_set.generation, scores=result.scores, policies=result.matched)
@@ -242,7 +252,10 @@ async def handle_preempt(request: Request, state: ServerState) -> Response:
                 continue
             candidates[node] = [p for p in pods if p is not None]
     nodes = {name: state.cache.node(name) for name in candidates} if state.cache is not None else {}
-    result = preempt(policy_set, args.pod, candidates, nodes={k: v for k, v in nodes.items() if v is not None}, node_info=state.node_info())
+    known = {k: v for k, v in nodes.items() if v is not None}
+    deadline = request.state.deadline
+    result = await state.worker.run(lambda: preempt(policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline))
+    state.count_overdue("preempt", result.overdue)
     rejected.update(result.rejected)
     state.metrics.count_rules("preemption", [], result.errors, result.audit_rejections)
     state.metrics.count_rejections(result.rejections, preemption=True)
@@ -320,7 +333,7 @@ async def handle_admit(request: Request, state: ServerState) -> Response:
     pod = decode_pod(body)
     nodes = state.cache.nodes() if state.cache is not None else []
     pods = state.cache.pods() if state.cache is not None else []
-    result = admit(policy_set, pod, nodes=nodes, pods=pods)
+    result = await state.worker.run(admit, policy_set, pod, nodes=nodes, pods=pods)
     answer = {
         "Gates": result.gates,
         "Admitted": result.admitted,

@@ -112,7 +112,7 @@ class GateController:
             meta = pod.get("metadata") or {}
             key = f"{meta.get('namespace', 'default')}/{meta.get('name')}"
             seen.add(key)
-            lift, keep = self.plan(policy_set, pod, view)
+            lift, keep = await self.state.worker.run(self.plan, policy_set, pod, view)
             if lift:
                 count, after = await self.lift(policy_set, pod, lift, view)
                 lifted += count

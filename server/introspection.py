@@ -128,7 +128,9 @@ async def node(request: Request) -> Response:
     found = state.cache.node(name)
     if found is None:
         return json_response({"error": f"node {name} is not in kpe's cache"}, 404)
-    info = state.cache.node_info.get(name) or {}
+    cache = state.cache
+    # nodeInfo is rebuilt only in the evaluation worker (see server.worker).
+    info = await state.worker.run(lambda: cache.node_info.get(name)) or {}
     summary = {"podCount": info.get("podCount", 0), "requested": info.get("requested", {}), "pods": [
         f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}" for p in info.get("pods", [])
     ]}
@@ -155,8 +157,9 @@ async def explain_endpoint(request: Request) -> Response:
     pods = state.cache.pods() if state.cache is not None else []
     # Without a cache, nodeInfo is unknown, as it is to the filter verb: an empty
     # mapping says so (None would make explain count the pods it was given: none).
-    node_info = state.node_info() if state.cache is not None else {}
-    report = explain(policy_set, args.pod, nodes, cluster_pods=pods, node_info=node_info)
+    report = await state.worker.run(
+        lambda: explain(policy_set, args.pod, nodes, cluster_pods=pods, node_info=state.node_info() if state.cache is not None else {})
+    )
     data = report.to_dict()
     data["unknownNodes"] = unknown
     data["text"] = report.render()

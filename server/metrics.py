@@ -58,6 +58,9 @@ class Metrics:
             "kpe_admission_evaluations_total", "Gate re-evaluations by the controller, per policy and result", ["policy", "result"], registry=r
         )
         self.leader = Gauge("kpe_gate_controller_leader", "1 while this replica holds the gate controller Lease", registry=r)
+        self.overdue = Counter(
+            "kpe_deadline_overdue_nodes_total", "Nodes answered unevaluated because the request's deadline passed, per verb", ["verb"], registry=r
+        )
         self.requeued = Counter(
             "kpe_requeued_pods_total", "Pending pods touched after a reload so kube-scheduler retries them, by result", ["result"], registry=r
         )

@@ -39,6 +39,13 @@ class Settings:
     introspection_host: str = field(default="127.0.0.1", metadata={"help": "address of the --introspection-port listener (loopback: reach it with kubectl port-forward)"})
     health_port: int = field(default=0, metadata={"help": "port of /healthz, /readyz and /metrics on their own plain-HTTP listener (0: served on --port)"})
     bind: bool = field(default=False, metadata={"help": "serve the bind verb (kube-scheduler's bindVerb); off, /<prefix>/bind is not served"})
+    request_deadline_s: float = field(
+        default=4.0,
+        metadata={
+            "help": "stop evaluating a request's nodes after this long and answer the rest under each policy's failurePolicy; "
+            "keep it below kube-scheduler's httpTimeout (5 s as kpe scheduler-config writes it)"
+        },
+    )
     keep_alive_s: float = field(default=120.0, metadata={"help": "close a connection idle this long; longer than kube-scheduler's 90 s, so kpe never closes one the scheduler is about to reuse"})
     header_timeout_s: float = field(default=10.0, metadata={"help": "close a connection whose request headers take longer than this"})
     body_timeout_s: float = field(default=10.0, metadata={"help": "answer 408 to a request whose body takes longer than this to arrive"})
@@ -103,7 +110,7 @@ class Settings:
         ports = [p for p in (self.port, self.webhook_port, self.introspection_port, self.health_port) if p]
         if len(ports) != len(set(ports)):
             problems.append("--port, --webhook-port, --introspection-port and --health-port must differ (0 serves a surface on --port)")
-        for name in ("keep_alive_s", "header_timeout_s", "body_timeout_s"):
+        for name in ("keep_alive_s", "header_timeout_s", "body_timeout_s", "request_deadline_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be positive")
         if self.cluster not in ("auto", "on", "off"):

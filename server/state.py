@@ -13,6 +13,7 @@ from .decisionlog import DecisionLog
 from .metrics import Metrics
 from .policystore import PolicyStore
 from .settings import Settings
+from .worker import Worker
 
 if TYPE_CHECKING:
     from .cache import ClusterCache
@@ -37,6 +38,7 @@ class ServerState:
     equivalence: EquivalenceCache = field(default_factory=EquivalenceCache)
     certificate: ServingCertificate | None = None  # with --tls-cert: reloaded when its files change
     surfaces_by_port: dict[int, frozenset[str]] = field(default_factory=dict)  # see server.listeners.SurfaceGuard
+    worker: Worker = field(default_factory=Worker)  # runs the decisions off the event loop
     requeue: Requeuer | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
 
     def __post_init__(self) -> None:
@@ -56,6 +58,10 @@ class ServerState:
         if unknown:
             self.metrics.unknown_nodes.labels(verb).inc(len(unknown))
         return nodes, unknown
+
+    def count_overdue(self, verb: str, nodes: int) -> None:
+        if nodes:
+            self.metrics.overdue.labels(verb).inc(nodes)
 
     def count_equivalence(self, verb: str, hits: int, misses: int) -> None:
         if hits:

@@ -117,7 +117,7 @@ async def _review(request: Request, state: ServerState) -> Response:
         policy_set = state.store.current
         nodes = state.cache.nodes() if state.cache is not None else []
         pods = state.cache.pods() if state.cache is not None else []
-        result = admit(policy_set, pod, nodes=nodes, pods=pods)
+        result = await state.worker.run(admit, policy_set, pod, nodes=nodes, pods=pods)
     except Exception as exc:  # noqa: BLE001 - kpe's own failure: the documented setting decides
         log.exception("admission webhook failed")
         state.metrics.admission_reviews.labels("failed").inc()
