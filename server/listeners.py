@@ -183,7 +183,9 @@ def tls_options(settings: Settings, *, client_ca: str, app: Any = None) -> dict[
 
 def bind(listener: Listener) -> socket.socket:
     family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on sockets that say they are
+    # TCP, and without it a response's second write waits for the client's delayed ACK (40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((listener.host, listener.port))
     sock.listen(2048)

@@ -195,3 +195,22 @@ def _free() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_listening_sockets_are_tcp_so_responses_are_not_held_by_nagle() -> None:
+    # asyncio sets TCP_NODELAY only on sockets whose protocol says TCP; with proto 0 every
+    # response waited for the client's delayed ACK, 40 ms a request.
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0, health_port=_free())
+    with running(create_app(settings), settings) as urls:
+        for surface, path in (("health", "/healthz"), ("scheduler", "/apis/v1/policies")):
+            sock = raw(urls[surface])
+            sock.sendall(request(path))
+            assert b"200 OK" in answer(sock)
+    from server.listeners import Listeners
+
+    listeners = Listeners(create_app(settings), settings)
+    try:
+        assert {s.proto for s in listeners.sockets} == {socket.IPPROTO_TCP}
+    finally:
+        for s in listeners.sockets:
+            s.close()
