@@ -1,0 +1,243 @@
+"""Helpers for the benchmarks that run a real control plane (etcd, kube-apiserver,
+kube-scheduler from ``tests/e2e/controlplane.py``'s binaries) with kpe served as a
+user runs it: ``kpe serve`` over plain HTTP on one port with ``--cluster on`` and
+kpe's own kubeconfig (bound to ``deploy/rbac.yaml``'s roles), and kube-scheduler
+configured by ``kpe scheduler-config``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.e2e.controlplane import (  # noqa: E402
+    ADMIN_TOKEN,
+    BIN,
+    HOW_TO_GET,
+    ControlPlane,
+    Process,
+    binaries_present,
+    control_plane,
+    free_port,
+    kpe_executable,
+    start,
+    wait_until,
+)
+
+__all__ = [
+    "ADMIN_TOKEN", "BIN", "HOW_TO_GET", "ControlPlane", "Process", "binaries_present", "control_plane", "free_port",
+    "kpe_executable", "start", "wait_until", "ROOT", "POLICIES", "ZONES", "TEAMS", "create_nodes", "run_many",
+    "start_kpe", "start_scheduler", "scheduler_config", "rss", "metrics", "delete_pods", "now",
+]
+
+POLICIES = ROOT / "policies"
+ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
+TEAMS = ["ml-training", "vision", "search", "ads"]
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def skip_without_binaries() -> None:
+    if not binaries_present():
+        print(f"skipped: {HOW_TO_GET}")
+        sys.exit(0)
+
+
+# -- many API calls at once ----------------------------------------------------
+def run_many(plane: ControlPlane, calls: Iterable[tuple[str, str, Any]], concurrency: int = 16,
+             content_type: str = "application/json") -> float:
+    """Send (method, path, body) calls with ``concurrency`` connections; returns the seconds taken."""
+
+    async def go() -> None:
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        async with httpx.AsyncClient(base_url=plane.url, headers=headers, verify=False, timeout=120, limits=limits) as client:
+            queue: asyncio.Queue[tuple[str, str, Any] | None] = asyncio.Queue()
+            for call in calls:
+                queue.put_nowait(call)
+            for _ in range(concurrency):
+                queue.put_nowait(None)
+
+            async def worker() -> None:
+                while (call := await queue.get()) is not None:
+                    method, path, body = call
+                    ctype = content_type if method != "PATCH" else "application/merge-patch+json"
+                    for attempt in range(5):
+                        r = await client.request(method, path, content=orjson.dumps(body) if body is not None else None,
+                                                 headers={"Content-Type": ctype})
+                        if r.status_code < 300 or r.status_code == 404 and method == "DELETE":
+                            break
+                        if r.status_code in (429, 500, 503, 504) and attempt < 4:
+                            await asyncio.sleep(0.2 * (attempt + 1))
+                            continue
+                        raise RuntimeError(f"{method} {path}: {r.status_code} {r.text[:300]}")
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    t0 = time.monotonic()
+    asyncio.run(go())
+    return time.monotonic() - t0
+
+
+def node_object(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Node i and its status: 4 % GPU nodes (8 GPUs, no taint), 10 % arm64, 30 % in a team pool,
+    2 % in maintenance, spread over three zones; all Ready, no taints."""
+    zone = ZONES[i % len(ZONES)]
+    gpu = i % 25 == 0
+    arm = i % 10 == 3
+    name = f"{'gpu' if gpu else 'cpu'}-{zone}-{i:05d}"
+    labels = {
+        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64" if arm else "amd64",
+        "topology.kubernetes.io/zone": zone, "topology.kubernetes.io/region": "us-east-1",
+        "node.kubernetes.io/instance-type": "p5.48xlarge" if gpu else ("m7g.4xlarge" if arm else "m6i.4xlarge"),
+    }
+    if i % 10 in (1, 4, 7):  # 30 %: a team's dedicated pool
+        labels["node.kpe.dev/team"] = TEAMS[(i // 10) % len(TEAMS)]
+    if i % 50 == 17:
+        labels["kpe.dev/maintenance"] = "draining"
+    allocatable = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+    if gpu:
+        allocatable["nvidia.com/gpu"] = "8"
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": {}}
+    status = {"status": {
+        "capacity": allocatable, "allocatable": allocatable,
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
+             "lastHeartbeatTime": now(), "lastTransitionTime": now()},
+            {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory", "message": "",
+             "lastHeartbeatTime": now(), "lastTransitionTime": now()},
+        ],
+        "addresses": [{"type": "InternalIP", "address": f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}"}, {"type": "Hostname", "address": name}],
+        "nodeInfo": {"architecture": "arm64" if arm else "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.32.0",
+                     "containerRuntimeVersion": "containerd://1.7.22", "kernelVersion": "6.1.0", "osImage": "Bottlerocket OS 1.20",
+                     "kubeProxyVersion": "", "machineID": f"m{i}", "systemUUID": f"s{i}", "bootID": f"b{i}"},
+    }}
+    return node, status
+
+
+def create_nodes(plane: ControlPlane, count: int, concurrency: int = 16) -> tuple[list[str], float]:
+    objects = [node_object(i) for i in range(count)]
+    t = run_many(plane, [("POST", "/api/v1/nodes", node) for node, _ in objects], concurrency)
+    t += run_many(plane, [("PATCH", f"/api/v1/nodes/{node['metadata']['name']}/status", status) for node, status in objects], concurrency)
+    return [node["metadata"]["name"] for node, _ in objects], t
+
+
+def delete_pods(plane: ControlPlane, namespace: str, timeout: float = 300) -> float:
+    """Delete every pod of the namespace with gracePeriodSeconds 0 and wait until they are gone."""
+    t0 = time.monotonic()
+    plane.api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": 0})
+    wait_until(lambda: not plane.api.get(f"/api/v1/namespaces/{namespace}/pods", params={"limit": 1})["items"], timeout,
+               f"the pods of {namespace} to be deleted", interval=0.2)
+    return time.monotonic() - t0
+
+
+# -- kpe and kube-scheduler ------------------------------------------------------
+class Kpe:
+    def __init__(self, process: Process, port: int) -> None:
+        self.process = process
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, name: str = "kpe",
+              extra: tuple[str, ...] = (), timeout: float = 600) -> tuple[Kpe, float]:
+    """``kpe serve`` on one plain-HTTP port with cluster access; returns it and the seconds from start to /readyz."""
+    port = free_port()
+    argv = [kpe_executable(), "serve", "--policies", str(policies), "--host", "127.0.0.1", "--port", str(port),
+            "--cluster", "on", "--kubeconfig", str(plane.kpe_kubeconfig), "--log-level", "warning", *extra]
+    t0 = time.monotonic()
+    process = start(name, argv, workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    kpe = Kpe(process, port)
+
+    def ready() -> bool:
+        if not process.alive():
+            raise RuntimeError("kpe exited:\n" + process.tail())
+        try:
+            return httpx.get(kpe.url + "/readyz", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(ready, timeout, "kpe /readyz", interval=0.05)
+    return kpe, time.monotonic() - t0
+
+
+def scheduler_config(plane: ControlPlane, url: str | None, *, node_cache_capable: bool = True, drop_preempt: bool = False) -> dict[str, Any]:
+    """kube-scheduler's configuration: ``kpe scheduler-config`` for an extender at ``url`` (None: no extender),
+    with leader election off."""
+    if url is None:
+        config: dict[str, Any] = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                                  "clientConnection": {"kubeconfig": str(plane.kubeconfig)}}
+    else:
+        argv = [kpe_executable(), "scheduler-config", "--policies", str(POLICIES), "--url", url, "--kubeconfig", str(plane.kubeconfig),
+                "--node-cache-capable" if node_cache_capable else "--no-node-cache-capable"]
+        config = yaml.safe_load(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
+        if drop_preempt:
+            for extender in config["extenders"]:
+                extender.pop("preemptVerb", None)
+    config["leaderElection"] = {"leaderElect": False}
+    return config
+
+
+def start_scheduler(config: dict[str, Any], workdir: Path, *, name: str = "kube-scheduler", timeout: float = 120) -> Process:
+    """kube-scheduler with ``config``; returns once its /readyz answers 200 (informers synced)."""
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    process = start(name, [str(BIN / "kube-scheduler"), "--config", str(path), "--secure-port", str(port),
+                           "--bind-address", "127.0.0.1", "-v", "1"], workdir)
+
+    def ready() -> bool:
+        if not process.alive():
+            raise RuntimeError("kube-scheduler exited:\n" + process.tail())
+        try:
+            return httpx.get(f"https://127.0.0.1:{port}/readyz", verify=False, timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(ready, timeout, "kube-scheduler /readyz", interval=0.05)
+    return process
+
+
+def rss(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM of a process, in bytes."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def metrics(url: str) -> Callable[..., float]:
+    """A reader of one /metrics scrape: ``m(name, **labels)`` is the sum of the matching samples."""
+    text = httpx.get(url + "/metrics", timeout=15).text
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        sample, _, value = line.rpartition(" ")
+        name, _, rest = sample.partition("{")
+        samples.append((name, rest, float(value)))
+
+    def m(name: str, **labels: str) -> float:
+        return sum(v for n, rest, v in samples if n == name and all(f'{k}="{val}"' in rest for k, val in labels.items()))
+
+    return m

@@ -1,0 +1,269 @@
+"""Pods per second through a real kube-scheduler (1.32) and kube-apiserver: no
+extender, a do-nothing extender (the floor), and kpe with the shipped policies.
+
+    python bench/scheduler_bench.py                         # 1,000 nodes, 1,000 pods, 3 pairs, names and nodes
+    python bench/scheduler_bench.py --modes names --pairs 5
+    python bench/scheduler_bench.py --nodes 5000 --modes names
+
+etcd and kube-apiserver run on loopback (``tests/e2e/controlplane.py``; the
+binaries from ``$KPE_K8S_BIN`` or ``~/.cache/kpe-k8s/bin``, skipped without them).
+Nodes are API objects (Ready, no taints, labelled so the shipped policies have
+work: zones, team pools, arm64, GPU nodes, a few in maintenance). Each round
+restarts kube-scheduler with that round's configuration (leader election off,
+default percentageOfNodesToScore), creates P pods as fast as it can (16
+concurrent creates) and clocks from the first create to the last binding, seen
+on a watch. Between rounds the pods are deleted with gracePeriodSeconds 0.
+Setups alternate within each pair (none, floor, kpe, none, floor, kpe, ...):
+
+- none: kube-scheduler without extenders;
+- floor: a do-nothing extender on the same stack as kpe (Starlette, uvicorn,
+  orjson): filter passes every node (echoing NodeNames or Nodes), prioritize
+  scores every node 0; the extender entry is kpe's without preemptVerb;
+- kpe: ``kpe serve`` on ``policies/`` (plain HTTP, ``--cluster on``, a fresh
+  process per round), its entry from ``kpe scheduler-config``.
+
+Modes: ``names`` (nodeCacheCapable: true) and ``nodes`` (whole Node objects,
+``--no-node-cache-capable``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import realcluster as rc  # noqa: E402
+
+NAMESPACE = "batch"  # bin-packing scores pods here
+
+FLOOR_APP = '''
+import orjson
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+async def filter_(request):
+    body = orjson.loads(await request.body())
+    if body.get("NodeNames") is not None:
+        answer = {"NodeNames": body["NodeNames"], "FailedNodes": {}, "Error": ""}
+    else:
+        answer = {"Nodes": body["Nodes"], "NodeNames": None, "FailedNodes": {}, "Error": ""}
+    return Response(orjson.dumps(answer), media_type="application/json")
+
+async def prioritize(request):
+    body = orjson.loads(await request.body())
+    names = body.get("NodeNames") or [n["metadata"]["name"] for n in body["Nodes"]["items"]]
+    return Response(orjson.dumps([{"Host": n, "Score": 0} for n in names]), media_type="application/json")
+
+async def health(request):
+    return Response(b"ok")
+
+app = Starlette(routes=[Route("/scheduler/filter", filter_, methods=["POST"]),
+                        Route("/scheduler/prioritize", prioritize, methods=["POST"]),
+                        Route("/healthz", health)])
+'''
+
+# Four "Deployments": what the shipped policies read differs between them (team, zone label).
+TEMPLATES = [
+    {"team": "vision", "kpe.dev/zone": "us-east-1a"},
+    {"team": "search"},
+    {"team": "platform", "kpe.dev/zone": "us-east-1b"},
+    {},
+]
+
+
+def pod(i: int, round_: int) -> dict[str, Any]:
+    t = i % len(TEMPLATES)
+    labels = {"app": f"app-{t}", "pod-template-hash": f"5d8f{t}c7b9", **TEMPLATES[t]}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"app-{t}-r{round_}-{i:05d}", "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "containers": [{"name": "main", "image": f"registry.example.com/app-{t}:1.0",
+                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}}],
+            "terminationGracePeriodSeconds": 30,
+        },
+    }
+
+
+class BindWatch(threading.Thread):
+    """Watches the namespace's pods and records when each one first has a nodeName."""
+
+    def __init__(self, plane: rc.ControlPlane, resource_version: str, target: int) -> None:
+        super().__init__(daemon=True)
+        self.plane, self.rv, self.target = plane, resource_version, target
+        self.bound: dict[str, float] = {}
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            headers = {"Authorization": f"Bearer {rc.ADMIN_TOKEN}"}
+            params = {"watch": "1", "resourceVersion": self.rv, "timeoutSeconds": "1800"}
+            with httpx.Client(verify=False, timeout=httpx.Timeout(10, read=None), headers=headers) as client, \
+                    client.stream("GET", f"{self.plane.url}/api/v1/namespaces/{NAMESPACE}/pods", params=params) as response:
+                for line in response.iter_lines():
+                    if not line:
+                        continue
+                    event = orjson.loads(line)
+                    obj = event["object"]
+                    if event["type"] == "ERROR":
+                        raise RuntimeError(f"watch error: {obj}")
+                    if event["type"] in ("ADDED", "MODIFIED") and obj["spec"].get("nodeName"):
+                        name = obj["metadata"]["name"]
+                        if name not in self.bound:
+                            self.bound[name] = time.monotonic()
+                            if len(self.bound) >= self.target:
+                                return
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            self.error = e
+        finally:
+            self.done.set()
+
+
+def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pods: int, round_: int, timeout: float) -> tuple[float, float]:
+    """Restart kube-scheduler with ``config``, create the pods; returns pods/s from the first create to the
+    last binding, and the seconds the creates took."""
+    scheduler = rc.start_scheduler(config, workdir, name=f"kube-scheduler-{round_}")
+    try:
+        rv = plane.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["metadata"]["resourceVersion"]
+        watch = BindWatch(plane, rv, pods)
+        watch.start()
+        time.sleep(0.2)  # the watch is established
+        t0 = time.monotonic()
+        created = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod(i, round_)) for i in range(pods)], 16)
+        if not watch.done.wait(timeout):
+            raise RuntimeError(f"round {round_}: {len(watch.bound)} of {pods} pods bound after {timeout:.0f} s\n" + scheduler.tail(20))
+        if watch.error is not None:
+            raise watch.error
+        return pods / (max(watch.bound.values()) - t0), created
+    finally:
+        scheduler.stop()
+
+
+def kpe_stats(url: str) -> dict[str, float]:
+    m = rc.metrics(url)
+    out: dict[str, float] = {}
+    for verb in ("filter", "prioritize", "preempt"):
+        out[f"{verb}_n"] = m("kpe_request_duration_seconds_count", verb=verb)
+        out[f"{verb}_s"] = m("kpe_request_duration_seconds_sum", verb=verb)
+        out[f"{verb}_nodes"] = m("kpe_request_nodes_sum", verb=verb)
+        out[f"{verb}_hit"] = m("kpe_equivalence_cache_nodes_total", verb=verb, result="hit")
+        out[f"{verb}_miss"] = m("kpe_equivalence_cache_nodes_total", verb=verb, result="miss")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--pods", type=int, default=1000)
+    ap.add_argument("--pairs", type=int, default=3, help="rounds of each setup, alternating (default 3)")
+    ap.add_argument("--modes", default="names,nodes", help="names (nodeCacheCapable), nodes (whole nodes), or both")
+    ap.add_argument("--setups", default="none,floor,kpe")
+    ap.add_argument("--round-timeout", type=float, default=600)
+    args = ap.parse_args()
+    rc.skip_without_binaries()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    setups = [s.strip() for s in args.setups.split(",") if s.strip()]
+    assert set(modes) <= {"names", "nodes"} and set(setups) <= {"none", "floor", "kpe"}, "unknown mode or setup"
+
+    started = time.monotonic()
+    results: dict[tuple[str, str], list[float]] = {}
+    stats: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory(prefix="kpe-scheduler-bench-") as tmp, rc.control_plane(Path(tmp)) as plane:
+        workdir = Path(tmp)
+        plane.api.namespace(NAMESPACE)
+        _, t_nodes = rc.create_nodes(plane, args.nodes)
+        print(f"control plane up; {args.nodes} nodes created in {t_nodes:.1f} s", flush=True)
+        floor_port = rc.free_port()
+        (workdir / "floor_app.py").write_text(FLOOR_APP)
+        floor = rc.start("floor", [sys.executable, "-m", "uvicorn", "floor_app:app", "--host", "127.0.0.1", "--port", str(floor_port),
+                                   "--log-level", "warning", "--no-access-log", "--app-dir", str(workdir)], workdir)
+        rc.wait_until(lambda: _ok(f"http://127.0.0.1:{floor_port}/healthz"), 30, "the floor extender")
+        round_ = 0
+        try:
+            for mode in modes:
+                names = mode == "names"
+                for pair, setup in itertools.product(range(args.pairs), setups):
+                    round_ += 1
+                    kpe = None
+                    if setup == "none":
+                        config = rc.scheduler_config(plane, None)
+                    elif setup == "floor":
+                        config = rc.scheduler_config(plane, f"http://127.0.0.1:{floor_port}/scheduler", node_cache_capable=names, drop_preempt=True)
+                    else:
+                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}")
+                        config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names)
+                    try:
+                        rate, created = one_round(plane, workdir, config, args.pods, round_, args.round_timeout)
+                        if kpe is not None:
+                            stats[mode].append(kpe_stats(kpe.url))
+                    finally:
+                        if kpe is not None:
+                            kpe.stop()
+                    results.setdefault((mode, setup), []).append(rate)
+                    deleted = rc.delete_pods(plane, NAMESPACE)
+                    print(f"  {mode:5} pair {pair + 1} {setup:5}: {rate:7.1f} pods/s   (created in {created:.1f} s, deleted in {deleted:.1f} s)", flush=True)
+        finally:
+            floor.stop()
+
+    print()
+    print(f"real kube-scheduler and kube-apiserver (1.32), {args.nodes} nodes, {args.pods} pods per round, "
+          f"{args.pairs} alternating pairs; pods/s from the first create to the last binding")
+    print()
+    head = "| mode | setup | " + " | ".join(f"round {i + 1}" for i in range(args.pairs)) + " | median |"
+    print(head)
+    print("|" + " --- |" * (args.pairs + 3))
+    for mode in modes:
+        for setup in setups:
+            rates = results[(mode, setup)]
+            print(f"| {mode} | {setup} | " + " | ".join(f"{r:.1f}" for r in rates) + f" | {statistics.median(rates):.1f} |")
+        if "kpe" in setups and "floor" in setups:
+            ratios = [k / f for k, f in zip(results[(mode, "kpe")], results[(mode, "floor")], strict=True)]
+            print(f"| {mode} | kpe/floor | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")
+        if "kpe" in setups and "none" in setups:
+            ratios = [k / n for k, n in zip(results[(mode, "kpe")], results[(mode, "none")], strict=True)]
+            print(f"| {mode} | kpe/none | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")
+    if any(stats.values()):
+        print()
+        print("kpe's /metrics, summed over its rounds (a fresh kpe per round):")
+        print()
+        print("| mode | verb | requests | mean ms | mean nodes per request | equivalence-cache hits |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for mode in modes:
+            if not stats[mode]:
+                continue
+            total = {k: sum(s[k] for s in stats[mode]) for k in stats[mode][0]}
+            for verb in ("filter", "prioritize", "preempt"):
+                n = total[f"{verb}_n"]
+                if not n:
+                    continue
+                looked = total[f"{verb}_hit"] + total[f"{verb}_miss"]
+                hits = f"{100 * total[f'{verb}_hit'] / looked:.1f}% of {looked:,.0f} nodes" if looked else "n/a (whole nodes)"
+                nodes = f"{total[f'{verb}_nodes'] / n:.0f}" if verb != "preempt" else "-"
+                print(f"| {mode} | {verb} | {n:,.0f} | {1000 * total[f'{verb}_s'] / n:.2f} | {nodes} | {hits} |")
+    print()
+    print(f"total {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
