@@ -98,13 +98,17 @@ class CodeGenerator:
         self.namespace: dict[str, Any] = {}
         self.statement_memo: dict[int, bool] = {}
         self.inline_only = False
-        self.uses_cost = False  # only comprehensions spend the budget
+        self.uses_cost = False  # comprehensions, and string scans in functions with loops, spend the budget
+        self.has_loops = False
+        self.cost_limit = 0
 
     # -- entry points ------------------------------------------------------
     def function(self, root: ast.Node, *, name: str, params: Iterable[str], cost_limit: int) -> Generated:
         """``def name(params): return <root>`` with the cost budget and error conversion."""
         header = f"def {name}({', '.join(params)}):"
         self.indent = 2
+        self.cost_limit = int(cost_limit)
+        self.has_loops = _has_loops(root)
         code, typ = self.expr(root)
         body = self.lines
         out = [header]
@@ -290,8 +294,6 @@ class CodeGenerator:
         typ = self.check_operands(node, op, lt, rt, ordered=False)
         if lt == rt == "double" and op in "+-*":
             return f"({left} {op} {right})", "double"
-        if lt == rt == "string" and op == "+":
-            return f"({left} + {right})", "string"
         return f"{_ARITH[op]}({left}, {right})", typ
 
     def equality(self, node: ast.Binary, left: str, lt: str, right: str, rt: str) -> str:
@@ -482,6 +484,9 @@ class CodeGenerator:
             if self.check:
                 raise self.error(f"undeclared reference to '{name}'", node)
             return f"_unknown_function({name!r})({', '.join(codes)})", "dyn"
+        charged = self.charged_call(name, codes, method=False)
+        if charged is not None:
+            return charged, self.library.result_types.get(name, "dyn")
         ref = self.function_ref("_fn_", name, fn)
         return f"{ref}({', '.join(codes)})", self.library.result_types.get(name, "dyn")
 
@@ -540,14 +545,20 @@ class CodeGenerator:
         # Fast paths for the string tests policies use on every node.
         if name in ("startsWith", "endsWith", "contains") and len(args) == 1:
             py = {"startsWith": f"{t}.startswith({args[0]})", "endsWith": f"{t}.endswith({args[0]})", "contains": f"({args[0]} in {t})"}[name]
-            fallback = self.method_ref(node, name)
-            return f"({py} if type({t} := {target}) is str and type({args[0]}) is str else {fallback}({t}, {args[0]}))", "bool"
+            fallback = self.call(node, name, [t, args[0]], method=True)
+            # contains() scans its receiver: past the free size it is charged (limits.py).
+            short = f" and len({t}) <= _FREE_SCAN" if name == "contains" else ""
+            return f"({py} if type({t} := {target}) is str{short} and type({args[0]}) is str else {fallback})", "bool"
         if name == "size" and not args:
             return f"(len({t}) if type({t} := {target}) in _SIZED else _size({t}))", "int"
         if name == "matches" and len(node.args) == 1 and isinstance(node.args[0], ast.Literal) and type(node.args[0].value) is str:
             matcher = self.literal_regex(node, node.args[0].value)
             if matcher is not None:
-                return f"({matcher}({t}) if type({t} := {target}) is str else {self.method_ref(node, name)}({t}, {args[0]}))", "bool"
+                fallback = self.call(node, name, [t, args[0]], method=True)
+                return f"({matcher}({t}) if type({t} := {target}) is str and len({t}) <= _FREE_SCAN else {fallback})", "bool"
+        charged = self.charged_call(name, [target] + args, method=True)
+        if charged is not None:
+            return charged, self.library.result_types.get(name, "dyn")
         ref = self.method_ref(node, name)
         table = self.library.methods.get(name, {})
         if len(table) == 1:
@@ -602,6 +613,32 @@ class CodeGenerator:
         name = self.tmp("_rx")
         self.namespace[name] = matcher
         return name
+
+    def call(self, node: ast.Node, name: str, args: list[str], *, method: bool) -> str:
+        """The code of a call through the library (charged to the budget where the function is)."""
+        charged = self.charged_call(name, args, method=method)
+        if charged is not None:
+            return charged
+        return f"{self.method_ref(node, name)}({', '.join(args)})"
+
+    def charged_call(self, name: str, args: list[str], *, method: bool) -> str | None:
+        """A call that spends the run-time budget, or None for a function that does not.
+
+        In a function with comprehensions the budget is the evaluation's ``_c``; in one
+        without, every call site runs at most once per evaluation, so each call gets a
+        budget of its own and no list is built on the fast path."""
+        if name not in self.library.budgeted and name not in self.library.costs:
+            return None
+        if method and name not in self.library.methods or not method and name not in self.library.functions:
+            return None
+        impl = self.library.charged(name, method=method)
+        ref = self.function_ref("_charged_m_" if method else "_charged_f_", name, impl)
+        if self.has_loops:
+            self.uses_cost = True
+            budget = "_c"
+        else:
+            budget = f"[{self.cost_limit}]"
+        return f"{ref}({', '.join([budget, '_cost_exceeded', *args])})"
 
     def method_ref(self, node: ast.Node, name: str) -> str:
         if name not in self.library.methods:
@@ -772,6 +809,12 @@ class CodeGenerator:
             self.emit("else:")
             self.emit(f"    {r} = {o}")
         return r, "optional"
+
+
+def _has_loops(root: ast.Node) -> bool:
+    if isinstance(root, ast.Comprehension) and root.kind not in ("optMap", "optFlatMap"):
+        return True
+    return any(_has_loops(child) for child in ast.children(root))
 
 
 class _Block:

@@ -15,6 +15,7 @@ import re
 from typing import Any, Final
 
 from .errors import EvalError, no_such_overload
+from .limits import check_string
 from .values import CelType, UInt, plain_key, type_name
 
 _DEFAULT_PRECISION: Final = 6
@@ -275,4 +276,6 @@ def format_method(fmt: str, *args: Any) -> str:
     """``<string>.format(<list>)`` as a METHODS entry."""
     if len(args) != 1 or type(args[0]) not in (list, tuple):
         raise no_such_overload("format", fmt, *args)
-    return format_string(fmt, args[0])
+    out = format_string(fmt, args[0])
+    check_string("format", len(out))  # after: its pieces are each bounded, so the result is too
+    return out

@@ -10,6 +10,13 @@ Each library module (``strings``, ``timestamps``, ``quantity``, ...) exports:
 ``RESULT_TYPES: dict[str, str]``
     the CEL type name a function or method always returns (for static checks);
     omitted where it depends on the arguments.
+``COSTS: dict[str, Callable[..., int]]`` (optional)
+    for functions whose work grows with their input (string scans): the run-time
+    budget units a call costs, from the same arguments (receiver first); 0 for
+    arguments the function does not take (it then raises its own error).
+``BUDGETED: dict[str, Callable[..., object]]`` (optional)
+    implementations that charge the budget themselves while they work, called as
+    ``impl(budget, exceeded, *args)`` (``findAll``, which charges per result).
 
 Implementations take plain run-time values (see ``values``), raise
 ``EvalError`` subclasses with CEL-style messages for bad input, and
@@ -35,11 +42,36 @@ class Library:
         self.functions: dict[str, Function] = {}
         self.methods: dict[str, dict[type, Function]] = {}
         self.result_types: dict[str, str] = {}
+        self.costs: dict[str, Callable[..., int]] = {}
+        self.budgeted: dict[str, Function] = {}
         for module in modules:
             self.functions.update(getattr(module, "FUNCTIONS", {}))
             for name, by_type in getattr(module, "METHODS", {}).items():
                 self.methods.setdefault(name, {}).update(by_type)
             self.result_types.update(getattr(module, "RESULT_TYPES", {}))
+            self.costs.update(getattr(module, "COSTS", {}))
+            self.budgeted.update(getattr(module, "BUDGETED", {}))
+
+    def charged(self, name: str, *, method: bool) -> Function | None:
+        """``impl(budget, exceeded, *args)`` for a function that spends the run-time
+        budget (``None`` for one that does not): it charges, then calls."""
+        if name in self.budgeted:
+            return self.budgeted[name]
+        cost = self.costs.get(name)
+        if cost is None:
+            return None
+        impl = self.method(name) if method else self.functions[name]
+
+        def call(budget: list[int], exceeded: Callable[[str], Any], *args: Any) -> Any:
+            units = cost(*args)
+            if units:
+                budget[0] -= units
+                if budget[0] < 0:
+                    exceeded(name)
+            return impl(*args)
+
+        call.__name__ = f"charged_{name}"
+        return call
 
     def method(self, name: str) -> Function:
         """A dispatcher for ``recv.name(...)`` over every receiver type that has it."""

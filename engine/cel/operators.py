@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from .errors import DivisionByZeroError, EvalError, IntOverflowError, NoSuchKeyError, no_such_overload
+from .limits import MAX_LIST_SIZE, MAX_STRING_SIZE, list_too_large, string_too_large
 from .values import FALSE_KEY, INT64_MAX, INT64_MIN, TRUE_KEY, UINT64_MAX, MapBoolKey, Optional, OPTIONAL_NONE, UInt, map_key
 
 _NUMERIC = frozenset((int, UInt, float))
@@ -101,7 +102,12 @@ def add(a: Any, b: Any) -> Any:
             return check_int(a + b)
         if ta is UInt:
             return check_uint(a + b)
-        if ta in (float, str, bytes, list):
+        if ta is float:
+            return a + b
+        if ta in (str, bytes, list):
+            size = len(a) + len(b)
+            if size > (MAX_LIST_SIZE if ta is list else MAX_STRING_SIZE):
+                raise list_too_large("_+_", size) if ta is list else string_too_large("_+_", size)
             return a + b
         if ta in (bool, dict, type(None)):
             raise no_such_overload("_+_", a, b)

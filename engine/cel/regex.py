@@ -14,6 +14,7 @@ from typing import Any, Final
 import re2
 
 from .errors import EvalError, no_such_overload
+from .limits import FIND_RESULT_UNITS, check_list, regex_factor, scan_units
 
 Pattern = Any  # re2._Regexp, which the module does not export under a public name
 
@@ -88,7 +89,7 @@ def find_compiled(regex: Pattern, s: str) -> str:
     return "" if m is None else bytes(m.group(0)).decode("utf-8", "surrogatepass")
 
 
-def find_all_compiled(regex: Pattern, s: str, limit: int = -1) -> list[str]:
+def find_all_compiled(regex: Pattern, s: str, limit: int = -1, budget: list[int] | None = None, exceeded: Any = None) -> list[str]:
     """Go's Regexp.FindAllString: successive non-overlapping matches, at most ``limit``
     when it is >= 0. An empty match right after a previous match is skipped, as Go does
     (Python's re keeps it), so '123 abc'.findAll('[0-9]*') is ['123', '', '', '', '']."""
@@ -110,7 +111,12 @@ def find_all_compiled(regex: Pattern, s: str, limit: int = -1) -> list[str]:
             pos = stop
         prev_end = stop
         if accept:
+            if budget is not None:
+                budget[0] -= FIND_RESULT_UNITS
+                if budget[0] < 0:
+                    exceeded("findAll")
             found.append(data[start:stop].decode("utf-8", "surrogatepass"))
+    check_list("findAll", len(found))
     return found
 
 
@@ -167,7 +173,28 @@ def find_all(s: Any, pattern: Any, *limit: Any) -> list[str]:
     return find_all_compiled(regex, s, limit[0] if limit else -1)
 
 
+def _regex_cost(s: Any, pattern: Any, *rest: Any) -> int:
+    """cel-go's regex cost: the string's traversal cost times a factor of the pattern's length."""
+    if type(s) is not str or type(pattern) is not str:
+        return 0
+    return scan_units(len(s)) * regex_factor(len(pattern))
+
+
+def find_all_budgeted(budget: list[int], exceeded: Any, s: Any, pattern: Any, *limit: Any) -> list[str]:
+    """``findAll`` charging the scan up front and each result as it is found, so a
+    string with a million matches fails fast instead of building them all."""
+    if len(limit) > 1 or limit and type(limit[0]) is not int:
+        raise no_such_overload("findAll", s, pattern, *limit)
+    regex = _compile_for("findAll", s, pattern, *limit)
+    budget[0] -= _regex_cost(s, pattern)
+    if budget[0] < 0:
+        exceeded("findAll")
+    return find_all_compiled(regex, s, limit[0] if limit else -1, budget, exceeded)
+
+
 FUNCTIONS: dict[str, Any] = {"matches": matches}
+COSTS: dict[str, Any] = {"matches": _regex_cost, "find": _regex_cost}
+BUDGETED: dict[str, Any] = {"findAll": find_all_budgeted}
 
 METHODS: dict[str, dict[type, Any]] = {
     "matches": {str: matches},

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from .errors import EvalError, no_such_overload
 from .formatting import format_method
+from .limits import check_list, check_string, scan_units
 
 # Go's unicode.IsSpace, which strings.TrimSpace uses: Python's str.strip() would
 # also remove U+001C..U+001F, which Go keeps.
@@ -142,12 +143,24 @@ def upper_ascii(s: str, *args: Any) -> str:
 def replace(s: str, *args: Any) -> str:
     if len(args) == 2:
         _expect("replace", s, args, str, str)
+        _check_replace(s, args[0], args[1], -1)
         return s.replace(args[0], args[1])
     _expect("replace", s, args, str, str, int)
     # Go's strings.Replace: a negative limit means all, 0 means none. Python's
     # str.replace agrees, including the empty search string matching between runes.
     limit: int = args[2]
+    _check_replace(s, args[0], args[1], limit)
     return s.replace(args[0], args[1], -1 if limit < 0 else limit)
+
+
+def _check_replace(s: str, old: str, new: str, limit: int) -> None:
+    """Refuse a replacement whose result would be over the size limit, before building it."""
+    if len(new) <= len(old):
+        return
+    count = len(s) + 1 if old == "" else s.count(old)
+    if limit >= 0:
+        count = min(count, limit)
+    check_string("replace", len(s) + count * (len(new) - len(old)))
 
 
 def split(s: str, *args: Any) -> list[str]:
@@ -164,6 +177,7 @@ def _split_n(s: str, sep: str, n: int) -> list[str]:
     if n == 0:
         return []
     if sep == "":
+        check_list("split", len(s) if n < 0 else min(n, len(s)))
         chars = list(s)
         if n < 0 or n >= len(chars):
             return chars
@@ -207,6 +221,8 @@ def join(items: list[Any] | tuple[Any, ...], *args: Any) -> str:
     for item in items:
         if type(item) is not str:
             raise EvalError(f"join: invalid input: {item}")
+    if items:
+        check_string("join", sum(map(len, items)) + len(separator) * (len(items) - 1))
     return separator.join(items)
 
 
@@ -219,8 +235,39 @@ def quote(*args: Any) -> str:
     # by holding lone surrogates (from JSON's "\ud800" escapes).
     if not s.isascii():
         s = _SURROGATE.sub("\ufffd", s)
-    return '"' + s.translate(_QUOTE_ESCAPES) + '"'
+    out = '"' + s.translate(_QUOTE_ESCAPES) + '"'
+    check_string("strings.quote", len(out))  # after: at most twice a string already bounded
+    return out
 
+
+def _scan_cost(recv: Any, *args: Any) -> int:
+    """Budget units of a call that scans its receiver string (and its string arguments)."""
+    if type(recv) is not str:
+        return 0
+    chars = len(recv)
+    for arg in args:
+        if type(arg) is str:
+            chars += len(arg)
+    return scan_units(chars)
+
+
+def _join_cost(items: Any, *args: Any) -> int:
+    return scan_units(sum(len(i) for i in items if type(i) is str)) if type(items) in (list, tuple) else 0
+
+
+def _format_cost(fmt: Any, *args: Any) -> int:
+    return scan_units(len(fmt)) + (len(args[0]) if len(args) == 1 and type(args[0]) in (list, tuple) else 0) if type(fmt) is str else 0
+
+
+# Run-time budget of the functions whose work grows with the strings they read
+# (limits.py): charged before the call.
+COSTS: dict[str, Callable[..., int]] = {
+    name: _scan_cost
+    for name in ("contains", "indexOf", "lastIndexOf", "lowerAscii", "upperAscii", "replace", "split", "trim", "reverse")
+}
+COSTS["join"] = _join_cost
+COSTS["format"] = _format_cost
+COSTS["strings.quote"] = _scan_cost
 
 _Method = Callable[..., Any]
 
