@@ -10,10 +10,12 @@ is defined, and duplicate names.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from . import cel
 from .cel import ast as cel_ast
+from .cel import cost as cel_cost
 from .cel.parser import parse as parse_cel
 from .documents import Document, Path, format_path
 from .errors import Location, PolicyError
@@ -45,16 +47,51 @@ RESULT_TYPES = {
 }
 _DESCRIBE = {"bool": "a bool", "int": "a number", "string": "a string"}
 
+DEFAULT_COST_LIMIT = 1_000_000
+DEFAULT_ADMISSION_COST_LIMIT = 100_000_000
+
+
+@dataclass(frozen=True)
+class CostLimits:
+    """The most estimated worst-case cost (engine/cel/cost.py) one evaluation of an
+    expression may have; also its run-time budget.
+
+    ``per_call``: every expression but admission's. 1,000,000 is Kubernetes'
+    PerCallLimit for admission policies' CEL. ``admission``: admission expressions
+    (and their messages), which may iterate every pod in the cluster (150,000 at
+    Kubernetes' documented maximum): 100 times more, which admits a few passes over
+    the cluster's pods and refuses one loop over pods or nodes inside another."""
+
+    per_call: int = DEFAULT_COST_LIMIT
+    admission: int = DEFAULT_ADMISSION_COST_LIMIT
+
+    def for_scope(self, scope_kind: str) -> int:
+        return self.admission if scope_kind == "admission" else self.per_call
+
+    @staticmethod
+    def flag(scope_kind: str) -> str:
+        return "--cel-admission-cost-limit" if scope_kind == "admission" else "--cel-cost-limit"
+
+
+@dataclass(frozen=True)
+class _VariableCost:
+    own: int  # one evaluation of the variable's own expression
+    reads: frozenset[str]  # the pod-scoped variables it reads, directly or through others
+    estimate: cel_cost.Estimate
+
 
 class _PolicyCompiler:
-    def __init__(self, doc: Document) -> None:
+    def __init__(self, doc: Document, limits: CostLimits | None = None) -> None:
         self.doc = doc
+        self.limits = limits or CostLimits()
+        self.costs: dict[str, _VariableCost] = {}
         self.data: dict[str, Any] = doc.data
         self.name = str(self.data["metadata"]["name"])
         self.spec: dict[str, Any] = self.data["spec"]
         self.errors: list[PolicyError] = []
         self.variables: dict[str, Variable] = {}
         self.broken: set[str] = set()
+        self.roots = cel_cost.kubernetes_roots(self.spec.get("params") if isinstance(self.spec, dict) else None)
 
     def error(self, code: str, path: Path, message: str, *, snippet: str = "", location: Location | None = None, key: bool = False) -> None:
         self.errors.append(
@@ -104,8 +141,9 @@ class _PolicyCompiler:
         per_node = [n for n in scope if n in NODE_SCOPE or n in ("victim", "victims")] + node_vars
         per_pod = [n for n in scope if n not in per_node] + pod_vars
         params = per_node + per_pod
+        limit = self.limits.for_scope(scope_kind)
         try:
-            program = cel.compile(text, variables=params)
+            program = cel.compile(text, variables=params, cost_limit=limit)
         except cel.CompileError as exc:
             code = "KPE301" if "undeclared reference" in exc.message else "KPE302"
             self._cel_error(code, path, text, exc, scope=scope_kind)
@@ -122,7 +160,9 @@ class _PolicyCompiler:
             # only node and nodeInfo per node (the fast path) and reads a variable
             # lazily, where CEL would evaluate it.
             params = [p for p in params if not (p.startswith("variables.") and self.variables[p[10:]].node_scoped)]
-            program = cel.Program(text, variables=params, library=cel.default_library(), check=False, root=self._inline(root))
+            program = cel.Program(text, variables=params, library=cel.default_library(), check=False, root=self._inline(root), cost_limit=limit)
+        if not self._within_cost(path, text, self._inline(root), scope_kind, kind):
+            return None
         return Expression(
             text=text,
             program=program,
@@ -132,6 +172,37 @@ class _PolicyCompiler:
             parameters=tuple(params),
             root=self._inline(root),
         )
+
+    def _within_cost(self, path: Path, text: str, root: cel_ast.Node, scope_kind: str, kind: str) -> bool:
+        """Estimate the worst-case cost of one evaluation (pod-scoped variables it reads
+        are counted once each: they are evaluated once per request); KPE306 over the limit."""
+        estimate, read = cel_cost.estimate(root, self.roots, {n: c.estimate for n, c in self.costs.items()})
+        reads: set[str] = set()
+        for name in read:
+            if name in self.costs:
+                reads |= {name} | self.costs[name].reads
+        total = estimate.cost + sum(self.costs[n].own for n in reads)
+        reason = estimate.reason
+        heaviest = max(reads, key=lambda n: self.costs[n].own, default=None)
+        if heaviest is not None and self.costs[heaviest].own > estimate.cost:
+            inner = self.costs[heaviest].estimate.reason
+            reason = f"variables.{heaviest}" + (f": {inner}" if inner else "")
+        if kind == "variable":
+            name = self.spec["variables"][path[2]]["name"]
+            self.costs[name] = _VariableCost(estimate.cost, frozenset(reads), cel_cost.Estimate(total, estimate.shape, reason))
+        limit = self.limits.for_scope(scope_kind)
+        if total <= limit:
+            return True
+        because = f" ({reason})" if reason else ""
+        self.error(
+            "KPE306",
+            path,
+            f"estimated worst-case cost {total:,} exceeds the limit {limit:,}{because}; "
+            f"bound the work (iterate smaller lists, filter before nesting loops, give findAll() a limit) "
+            f"or raise {self.limits.flag(scope_kind)}",
+            snippet=_snippet(text),
+        )
+        return False
 
     def _inline(self, root: cel_ast.Node) -> cel_ast.Node:
         def replace(node: cel_ast.Node) -> cel_ast.Node | None:
@@ -269,11 +340,17 @@ _KIND_TEXT = {
 }
 
 
-def compile_policy(doc: Document) -> tuple[Policy | None, list[PolicyError]]:
-    """Compile one schema-valid policy document."""
-    compiler = _PolicyCompiler(doc)
+def compile_policy(doc: Document, limits: CostLimits | None = None) -> tuple[Policy | None, list[PolicyError]]:
+    """Compile one schema-valid policy document; ``limits`` bound each expression's estimated cost."""
+    compiler = _PolicyCompiler(doc, limits)
     policy = compiler.compile()
     return policy, compiler.errors
+
+
+def _snippet(text: str) -> str:
+    """The expression, as an error shows it: its first lines, long ones cut."""
+    lines = [line if len(line) <= 120 else line[:117] + "..." for line in text.strip().split("\n")]
+    return "\n".join(lines[:6] + (["..."] if len(lines) > 6 else []))
 
 
 def _variable_references(root: cel_ast.Node) -> list[str]:

@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from .compiler import compile_policy
+from .compiler import CostLimits, compile_policy
 from .documents import Document, load_documents
 from .errors import Location, PolicyError, PolicyLoadError
 from .policy import Policy, PolicySet
@@ -68,7 +68,7 @@ def load_files(files: Iterable[Path]) -> tuple[list[Document], list[PolicyError]
     return docs, errors
 
 
-def compile_documents(docs: Iterable[Document]) -> tuple[list[Policy], list[PolicyError]]:
+def compile_documents(docs: Iterable[Document], cost_limits: CostLimits | None = None) -> tuple[list[Policy], list[PolicyError]]:
     policies: list[Policy] = []
     errors: list[PolicyError] = []
     first_seen: dict[str, Location] = {}
@@ -83,7 +83,7 @@ def compile_documents(docs: Iterable[Document]) -> tuple[list[Policy], list[Poli
         name = str(meta["name"]) if isinstance(meta, dict) and isinstance(meta.get("name"), str) else ""
         schema_errors = validate(doc, policy=name)
         if schema_errors:
-            errors += schema_errors + _compile_despite_schema_errors(doc)
+            errors += schema_errors + _compile_despite_schema_errors(doc, cost_limits)
             continue
         if name in first_seen:
             errors.append(
@@ -97,18 +97,18 @@ def compile_documents(docs: Iterable[Document]) -> tuple[list[Policy], list[Poli
             )
             continue
         first_seen[name] = doc.location(("metadata", "name"))
-        policy, policy_errors = compile_policy(doc)
+        policy, policy_errors = compile_policy(doc, cost_limits)
         errors += policy_errors
         if policy is not None:
             policies.append(policy)
     return policies, errors
 
 
-def _compile_despite_schema_errors(doc: Document) -> list[PolicyError]:
+def _compile_despite_schema_errors(doc: Document, cost_limits: CostLimits | None = None) -> list[PolicyError]:
     """CEL errors of a document that also broke the schema, so one run shows them all;
     nothing if its shape is too broken to walk."""
     try:
-        _, errors = compile_policy(doc)
+        _, errors = compile_policy(doc, cost_limits)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError):
         return []
     return [e for e in errors if e.code.startswith(("KPE3", "KPE4"))]
@@ -137,13 +137,14 @@ def empty_set_error(paths: Iterable[str | os.PathLike[str]], files: int) -> Poli
     )
 
 
-def load(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False) -> PolicySet:
+def load(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False, cost_limits: CostLimits | None = None) -> PolicySet:
     """Load every policy under ``paths``; raises ``PolicyLoadError`` with all problems found.
-    A load that finds no policy at all is refused (KPE402) unless ``allow_empty``."""
+    A load that finds no policy at all is refused (KPE402) unless ``allow_empty``; an
+    expression whose estimated cost is over ``cost_limits`` (default ``CostLimits()``) is KPE306."""
     paths = list(paths)
     files, errors = discover(paths)
     docs, read_errors = load_files(files)
-    policies, compile_errors = compile_documents(docs)
+    policies, compile_errors = compile_documents(docs, cost_limits)
     errors += read_errors + compile_errors
     if not errors and not policies and not allow_empty:
         errors.append(empty_set_error(paths, len(files)))
@@ -153,10 +154,10 @@ def load(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False) 
     return PolicySet(ordered, generation_of(ordered), tuple(str(f) for f in files))
 
 
-def load_text(text: str, *, file: str = "<inline>") -> PolicySet:
+def load_text(text: str, *, file: str = "<inline>", cost_limits: CostLimits | None = None) -> PolicySet:
     """Load policies from YAML text (tests, tools)."""
     docs, errors = load_documents(text, file)
-    policies, compile_errors = compile_documents(docs)
+    policies, compile_errors = compile_documents(docs, cost_limits)
     errors += compile_errors
     if errors:
         raise PolicyLoadError(errors)

@@ -23,6 +23,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engine.compiler import CostLimits
 from engine.equivalence import EquivalenceCache
 
 from . import introspection
@@ -120,7 +121,7 @@ async def _json_http_error(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings, *, store: PolicyStore | None = None, client: Any = None, connect: bool = True) -> Starlette:
     """The kpe app. ``client`` injects a Kubernetes client (tests); otherwise the
     lifespan connects according to ``settings.cluster`` unless ``connect`` is False."""
-    store = store or PolicyStore(settings.policies)
+    store = store or PolicyStore(settings.policies, cost_limits=CostLimits(settings.cel_cost_limit, settings.cel_admission_cost_limit))
     if not store.ready:
         store.load_initial()
     state = ServerState(

@@ -10,18 +10,20 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
+from engine.compiler import CostLimits
 from engine.errors import PolicyLoadError
 from engine.loader import load
 from engine.policy import PolicySet
 
 from engine.tables import render_table
 
-from .settings import UsageError
+from .settings import Settings, UsageError, env_name
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -37,9 +39,28 @@ def default_policies() -> str:
 # -- check -----------------------------------------------------------------------
 
 
+def cost_limits(args: argparse.Namespace) -> CostLimits:
+    """``--cel-cost-limit`` and ``--cel-admission-cost-limit``, else ``KPE_CEL_*``, else the
+    defaults: the same settings, and the same defaults, as ``kpe serve``."""
+    values: dict[str, int] = {}
+    for f in fields(Settings):
+        if f.name in ("cel_cost_limit", "cel_admission_cost_limit"):
+            flag = "--" + f.name.replace("_", "-")
+            raw = getattr(args, f.name, None)
+            raw = raw if raw is not None else os.environ.get(env_name(f.name))
+            try:
+                values[f.name] = int(raw) if raw is not None else int(f.default)  # type: ignore[arg-type]
+            except ValueError:
+                raise UsageError(f"{flag}: expected a number, got {raw!r}") from None
+            if values[f.name] <= 0:
+                raise UsageError(f"{flag} must be positive")
+    return CostLimits(values["cel_cost_limit"], values["cel_admission_cost_limit"])
+
+
+
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        policy_set = load(args.paths, allow_empty=args.allow_empty_policies)
+        policy_set = load(args.paths, allow_empty=args.allow_empty_policies, cost_limits=cost_limits(args))
     except PolicyLoadError as exc:
         if args.output == "json":
             json.dump({"ok": False, "errors": [e.to_dict() for e in exc.errors]}, out, indent=2)
@@ -170,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--allow-empty-policies", action="store_true", help="accept paths that hold no policy (refused by default: every node would pass every pod)"
     )
+    for f in fields(Settings):
+        if f.name in ("cel_cost_limit", "cel_admission_cost_limit"):
+            check.add_argument(
+                "--" + f.name.replace("_", "-"), dest=f.name, metavar="UNITS", default=None,
+                help=f"{f.metadata['help']} [env {env_name(f.name)}; default {f.default:,}]",
+            )
     check.set_defaults(run=cmd_check)
 
     test = sub.add_parser("test", help="run PolicyTest files")

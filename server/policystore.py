@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.compiler import CostLimits
 from engine.errors import PolicyError, PolicyLoadError
 from engine.loader import discover, empty_set_error, load
 from engine.policy import PolicySet
@@ -50,12 +51,14 @@ class PolicyStore:
         path: str,
         *,
         allow_empty: bool | None = None,
+        cost_limits: CostLimits | None = None,
         stable_interval_s: float = 0.1,
         stable_checks: int = 20,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.path = path
         self.allow_empty = allow_empty
+        self.cost_limits = cost_limits
         self.stable_interval_s = stable_interval_s
         self.stable_checks = stable_checks
         self.sleep = sleep
@@ -77,7 +80,7 @@ class PolicyStore:
 
     def load_initial(self) -> PolicySet:
         """The first load: errors here stop start-up (there is nothing to fall back to)."""
-        policy_set = load([self.path], allow_empty=self.allow_empty is not False)
+        policy_set = load([self.path], allow_empty=self.allow_empty is not False, cost_limits=self.cost_limits)
         self._current = policy_set
         self.last = LoadOutcome(True, policy_set.generation)
         if len(policy_set) or self.allow_empty:  # else require_policies decides, and says so
@@ -121,7 +124,7 @@ class PolicyStore:
         if not self.wait_until_stable():
             log.warning("policy files still changing after %d checks; loading them as they are", self.stable_checks, extra={"path": self.path})
         try:
-            candidate = load([self.path], allow_empty=self.allow_empty is True)
+            candidate = load([self.path], allow_empty=self.allow_empty is True, cost_limits=self.cost_limits)
         except PolicyLoadError as exc:
             self.reloads["failure"] += 1
             generation = previous.generation if previous else ""

@@ -57,6 +57,17 @@ class Settings:
         default=False,
         metadata={"help": "accept a policy path with no policies (then every node passes every pod); refused by default, at start-up and on reload"},
     )
+    cel_cost_limit: int = field(
+        default=1_000_000,
+        metadata={
+            "help": "the most estimated worst-case cost (docs/cel-functions.md) one evaluation of a policy expression may have; "
+            "over it a policy is refused at load time (KPE306), and it is each evaluation's run-time budget (Kubernetes' PerCallLimit)"
+        },
+    )
+    cel_admission_cost_limit: int = field(
+        default=100_000_000,
+        metadata={"help": "the same for admission expressions, which may iterate every pod and node in the cluster"},
+    )
     decision_log_size: int = field(default=1000, metadata={"help": "how many recent decisions /apis/v1/decisions keeps"})
     decision_log_bytes: int = field(
         default=16 * 1024 * 1024,
@@ -123,6 +134,8 @@ class Settings:
             problems.append("--equivalence-classes must be 0 (off) or more")
         if self.requeue_rate < 0:
             problems.append("--requeue-rate must be 0 (off) or more")
+        if self.cel_cost_limit <= 0 or self.cel_admission_cost_limit <= 0:
+            problems.append("--cel-cost-limit and --cel-admission-cost-limit must be positive")
         if self.max_body_bytes <= 0:
             problems.append("--max-body-bytes must be positive")
         return problems

@@ -1,0 +1,460 @@
+"""Static worst-case cost of a CEL expression, in the spirit of cel-go's
+``checker/cost.go`` and Kubernetes' admission-policy cost limits.
+
+``estimate(root, roots)`` walks the syntax tree once and returns an upper bound
+of the work one evaluation can do, in the units the run-time budget spends
+(``limits.py``): one per comprehension element, one per ``SCAN_CHARS_PER_UNIT``
+characters a string function reads or builds (times a factor of the pattern's
+length for regular expressions), ``FIND_RESULT_UNITS`` per possible ``findAll``
+result, plus one per operator, field selection and call. Comprehensions multiply
+the cost of their body by the largest size of the list or map they iterate.
+
+Sizes come from ``Shape``s: the longest string, the most items, and the shapes
+of items and fields a value can have. Kubernetes objects carry no OpenAPI
+``maxLength``/``maxItems`` in kpe, so ``kubernetes_roots()`` states the
+assumptions (the ``DEFAULT_*`` and ``*_MAX`` constants below, documented in
+docs/cel-functions.md); literals and ``params`` have their exact sizes.
+
+The estimate also says *why* an expression is expensive (``Estimate.reason``):
+the comprehension nesting and sizes, or the string function and string size,
+that dominate it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import ast
+from .limits import FIND_RESULT_UNITS, regex_factor, scan_units
+
+# -- size assumptions for Kubernetes objects -----------------------------------
+# Kubernetes sets no length or count limit on most fields; these are generous
+# bounds on what real pods and nodes carry, so the estimate is a worst case for
+# real objects without making every loop over a field look unbounded.
+DEFAULT_STRING = 4096  # any string field not listed below (images, messages, values...)
+DEFAULT_LIST = 64  # any list or map field not listed below (tolerations, taints, volumes, requests...)
+CONTAINERS_MAX = 32  # a pod's containers, initContainers, ephemeralContainers: sidecar-heavy pods run a dozen
+LABELS_MAX = 128  # labels on one object: no API limit; a busy cloud GPU node carries 40 to 60
+LABEL_KEY_CHARS = 317  # a 253-character DNS prefix, '/', a 63-character name
+LABEL_VALUE_CHARS = 63  # the API's limit
+NAME_CHARS = 253  # metadata.name, namespace, generateName: DNS subdomains
+ANNOTATIONS_MAX = 128
+ANNOTATION_VALUE_CHARS = 256 * 1024  # the API limits all annotations of an object to 256 KiB together
+NODE_IMAGES_MAX = 50  # kubelet's nodeStatusMaxImages default
+PODS_PER_NODE_MAX = 110  # kubelet's maxPods default: nodeInfo.pods and preemption's victims
+CLUSTER_NODES_MAX = 5_000  # Kubernetes' documented large-cluster limits: nodes...
+CLUSTER_PODS_MAX = 150_000  # ...and pods (admission's `pods` and `admitted`)
+
+_SCALAR_CHARS = 64  # the string form of a number, quantity, timestamp, IP...
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the estimate knows of a value: the longest string it can be, the most
+    items (list) or entries (map) it can have, and the shapes of its parts.
+    ``item`` is a list's items or a map's values, ``key`` a map's keys; ``fields``
+    the known fields of an object, ``other`` the shape of any other field
+    (``None``: a generic Kubernetes field)."""
+
+    kind: str = "any"  # "string", "list", "map", "scalar" or "any" (a field of unknown type)
+    chars: int = 0
+    items: int = 0
+    item: Shape | None = None
+    key: Shape | None = None
+    fields: Mapping[str, Shape] = field(default_factory=dict)
+    other: Shape | None = None
+
+    def field(self, name: str) -> Shape:
+        found = self.fields.get(name)
+        if found is not None:
+            return found
+        return self.other if self.other is not None else GENERIC
+
+    def element(self) -> Shape:
+        return self.item if self.item is not None else GENERIC
+
+    def map_key(self) -> Shape:
+        return self.key if self.key is not None else STRING
+
+
+SCALAR = Shape("scalar", chars=_SCALAR_CHARS)
+STRING = Shape("string", chars=DEFAULT_STRING)
+GENERIC = Shape("any", chars=DEFAULT_STRING, items=DEFAULT_LIST)  # item, fields: generic again
+
+
+def string(chars: int) -> Shape:
+    return Shape("string", chars=chars)
+
+
+def join(a: Shape, b: Shape) -> Shape:
+    """A shape covering both (the branches of ``?:``, the items of a list literal)."""
+    if a is b:
+        return a
+    kind = a.kind if a.kind == b.kind else "any"
+    item = None if a.item is None or b.item is None else join(a.item, b.item)
+    key = None if a.key is None or b.key is None else join(a.key, b.key)
+    fields: dict[str, Shape] = dict(a.fields)
+    for name, sub in b.fields.items():
+        fields[name] = join(fields[name], sub) if name in fields else sub
+    other = None if a.other is None or b.other is None else join(a.other, b.other)
+    return Shape(kind, max(a.chars, b.chars), max(a.items, b.items), item, key, fields, other)
+
+
+def of_value(value: Any) -> Shape:
+    """The exact shape of a known value (``params``, literals)."""
+    if isinstance(value, str):
+        return string(len(value))
+    if isinstance(value, bytes):
+        return Shape("string", chars=len(value))
+    if isinstance(value, (list, tuple)):
+        item = None
+        for v in value:
+            s = of_value(v)
+            item = s if item is None else join(item, s)
+        return Shape("list", items=len(value), item=item or SCALAR)
+    if isinstance(value, dict):
+        fields = {str(k): of_value(v) for k, v in value.items()}
+        item = None
+        for s in fields.values():
+            item = s if item is None else join(item, s)
+        longest = max((len(str(k)) for k in value), default=0)
+        return Shape("map", items=len(value), item=item or SCALAR, key=string(longest), fields=fields, other=SCALAR)
+    return SCALAR
+
+
+def _object(fields: Mapping[str, Shape]) -> Shape:
+    return Shape("map", chars=DEFAULT_STRING, items=DEFAULT_LIST, fields=fields)
+
+
+def _metadata() -> Shape:
+    name = string(NAME_CHARS)
+    labels = Shape("map", items=LABELS_MAX, item=string(LABEL_VALUE_CHARS), key=string(LABEL_KEY_CHARS), other=string(LABEL_VALUE_CHARS))
+    annotations = Shape(
+        "map", items=ANNOTATIONS_MAX, item=string(ANNOTATION_VALUE_CHARS), key=string(LABEL_KEY_CHARS), other=string(ANNOTATION_VALUE_CHARS)
+    )
+    return _object({"name": name, "namespace": name, "generateName": name, "labels": labels, "annotations": annotations})
+
+
+_CONTAINERS = Shape("list", items=CONTAINERS_MAX)
+POD = _object(
+    {
+        "metadata": _metadata(),
+        "spec": _object({"containers": _CONTAINERS, "initContainers": _CONTAINERS, "ephemeralContainers": _CONTAINERS}),
+    }
+)
+NODE = _object(
+    {
+        "metadata": _metadata(),
+        "status": _object({"images": Shape("list", items=NODE_IMAGES_MAX)}),
+    }
+)
+NODE_INFO = _object(
+    {
+        "pods": Shape("list", items=PODS_PER_NODE_MAX, item=POD),
+        "podCount": SCALAR,
+        "requested": Shape("map", items=DEFAULT_LIST, item=string(_SCALAR_CHARS)),
+    }
+)
+
+
+def kubernetes_roots(params: Any = None) -> dict[str, Shape]:
+    """The shapes of every variable a kpe expression can read (``variables.*`` aside)."""
+    return {
+        "pod": POD,
+        "node": NODE,
+        "nodeInfo": NODE_INFO,
+        "victim": POD,
+        "victims": Shape("list", items=PODS_PER_NODE_MAX, item=POD),
+        "nodes": Shape("list", items=CLUSTER_NODES_MAX, item=NODE),
+        "pods": Shape("list", items=CLUSTER_PODS_MAX, item=POD),
+        "admitted": Shape("list", items=CLUSTER_PODS_MAX, item=POD),
+        "params": of_value(params if params is not None else {}),
+        "now": SCALAR,
+    }
+
+
+# -- the estimate ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """``cost``: worst-case units of one evaluation; ``shape``: of its result;
+    ``reason``: what dominates the cost, in words (empty when nothing stands out)."""
+
+    cost: int
+    shape: Shape
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class _Why:
+    """The dominant part of a cost: nested loops (kind, size), then what each iteration does."""
+
+    loops: tuple[tuple[str, int], ...] = ()
+    inner: str = ""
+
+    def render(self) -> str:
+        parts = []
+        if self.loops:
+            kinds = "/".join(dict.fromkeys(f"{k}()" for k, _ in self.loops))
+            sizes = " x ".join(f"{n:,}" for _, n in self.loops)
+            nested = "nested " if len(self.loops) > 1 else ""
+            parts.append(f"{nested}{kinds} over {sizes} items")
+        if self.inner:
+            parts.append(("each with " if self.loops else "") + self.inner)
+        return ", ".join(parts)
+
+
+_NONE = _Why()
+
+
+@dataclass
+class _Part:
+    cost: int
+    shape: Shape
+    why: _Why = _NONE
+
+
+# String functions that read their receiver (and string arguments) once.
+_SCANS = frozenset(("contains", "startsWith", "endsWith", "indexOf", "lastIndexOf", "lowerAscii", "upperAscii", "trim", "reverse"))
+_SAME_SIZE = frozenset(("lowerAscii", "upperAscii", "trim", "reverse", "substring", "charAt"))
+_LIST_SCANS = frozenset(("sum", "min", "max", "isSorted", "indexOf", "lastIndexOf"))
+
+
+class _Estimator:
+    def __init__(self, roots: Mapping[str, Shape], variables: Mapping[str, Estimate], on_variable: Callable[[str], None]) -> None:
+        self.roots = roots
+        self.variables = variables
+        self.on_variable = on_variable
+        self.scopes: list[dict[str, Shape]] = []
+
+    def lookup(self, name: str) -> Shape | None:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return self.roots.get(name.lstrip("."))
+
+    def visit(self, node: ast.Node) -> _Part:
+        method: Callable[[Any], _Part] = getattr(self, "visit_" + type(node).__name__)
+        return method(node)
+
+    def combine(self, base: int, parts: list[_Part], shape: Shape) -> _Part:
+        why = max(parts, key=lambda p: p.cost).why if parts else _NONE
+        return _Part(base + sum(p.cost for p in parts), shape, why)
+
+    # -- leaves and selections -------------------------------------------------
+    def visit_Literal(self, node: ast.Literal) -> _Part:
+        return _Part(0, of_value(node.value) if isinstance(node.value, (str, bytes)) else SCALAR)
+
+    def visit_Ident(self, node: ast.Ident) -> _Part:
+        shape = self.lookup(node.name)
+        return _Part(1, shape if shape is not None else GENERIC)
+
+    def visit_Select(self, node: ast.Select) -> _Part:
+        if isinstance(node.operand, ast.Ident) and node.operand.name == "variables" and self.lookup("variables") is None:
+            found = self.variables.get(node.field)
+            self.on_variable(node.field)
+            return _Part(1, found.shape if found is not None else GENERIC)
+        operand = self.visit(node.operand)
+        return _Part(operand.cost + 1, operand.shape.field(node.field), operand.why)
+
+    def visit_Has(self, node: ast.Has) -> _Part:
+        operand = self.visit(node.operand)
+        return _Part(operand.cost + 1, SCALAR, operand.why)
+
+    def visit_Index(self, node: ast.Index) -> _Part:
+        operand, index = self.visit(node.operand), self.visit(node.index)
+        shape = operand.shape
+        if isinstance(node.index, ast.Literal) and isinstance(node.index.value, str):
+            result = shape.field(node.index.value)
+        else:
+            result = shape.element()
+        return self.combine(1, [operand, index], result)
+
+    # -- operators -----------------------------------------------------------------
+    def visit_Unary(self, node: ast.Unary) -> _Part:
+        operand = self.visit(node.operand)
+        return _Part(operand.cost + 1, SCALAR, operand.why)
+
+    def visit_Binary(self, node: ast.Binary) -> _Part:
+        left, right = self.visit(node.left), self.visit(node.right)
+        a, b = left.shape, right.shape
+        parts = [left, right]
+        if node.op == "+" and (a.kind in ("string", "list") or b.kind in ("string", "list")):
+            if "list" in (a.kind, b.kind):
+                shape = Shape("list", items=a.items + b.items, item=join(a.element(), b.element()))
+                extra = scan_units(shape.items)
+            else:
+                shape = string(a.chars + b.chars)
+                extra = scan_units(shape.chars)
+            result = self.combine(1 + extra, parts, shape)
+            if extra >= max(left.cost, right.cost):
+                built = f"a string of up to {shape.chars:,} characters" if shape.kind == "string" else f"a list of up to {shape.items:,} items"
+                result.why = _Why(inner=f"_+_ building {built}")
+            return result
+        # A search through a list costs its length (cel-go's estimate); comparisons
+        # run at memory speed in C and cost one unit, as at run time.
+        extra = b.items if node.op == "in" and b.kind != "map" else 0
+        return self.combine(1 + extra, parts, SCALAR)
+
+    def visit_Logical(self, node: ast.Logical) -> _Part:
+        return self.combine(len(node.operands) - 1, [self.visit(o) for o in node.operands], SCALAR)
+
+    def visit_Conditional(self, node: ast.Conditional) -> _Part:
+        cond, then, other = self.visit(node.condition), self.visit(node.then), self.visit(node.otherwise)
+        branch = then if then.cost >= other.cost else other
+        why = max((cond, branch), key=lambda p: p.cost).why
+        return _Part(cond.cost + branch.cost, join(then.shape, other.shape), why)
+
+    def visit_ListLit(self, node: ast.ListLit) -> _Part:
+        parts = [self.visit(e) for e in node.elements]
+        item: Shape | None = None
+        for p in parts:
+            item = p.shape if item is None else join(item, p.shape)
+        return self.combine(1, parts, Shape("list", items=len(parts), item=item or SCALAR))
+
+    def visit_MapLit(self, node: ast.MapLit) -> _Part:
+        keys = [self.visit(e.key) for e in node.entries]
+        values = [self.visit(e.value) for e in node.entries]
+        fields = {e.key.value: v.shape for e, v in zip(node.entries, values) if isinstance(e.key, ast.Literal) and isinstance(e.key.value, str)}
+        item: Shape | None = None
+        for v in values:
+            item = v.shape if item is None else join(item, v.shape)
+        key: Shape | None = None
+        for k in keys:
+            key = k.shape if key is None else join(key, k.shape)
+        shape = Shape("map", items=len(values), item=item or SCALAR, key=key or SCALAR, fields=fields, other=item or SCALAR)
+        return self.combine(1, keys + values, shape)
+
+    def visit_StructLit(self, node: ast.StructLit) -> _Part:
+        return self.combine(1, [self.visit(v) for _, v in node.fields], SCALAR)
+
+    # -- calls -----------------------------------------------------------------------
+    def visit_Call(self, node: ast.Call) -> _Part:
+        target = self.visit(node.target) if node.target is not None else None
+        args = [self.visit(a) for a in node.args]
+        parts = ([target] if target is not None else []) + args
+        name = node.function
+        # Receiver-style and global forms read the same: the string or list first.
+        subject = target if target is not None else (args[0] if args else None)
+        rest = args if target is not None else args[1:]
+        s = subject.shape if subject is not None else SCALAR
+        extra, shape, inner = 0, _result_shape(name, parts), ""
+        if name in ("matches", "find", "findAll") and rest:
+            extra = scan_units(s.chars) * regex_factor(rest[0].shape.chars)
+            inner = f"{name}() over a string of up to {s.chars:,} characters"
+            if name == "findAll":
+                limit = node.args[1] if len(node.args) > 1 else None
+                found = s.chars + 1
+                if isinstance(limit, ast.Literal) and type(limit.value) is int and limit.value >= 0:
+                    found = min(found, limit.value)
+                extra += FIND_RESULT_UNITS * found
+                shape = Shape("list", items=found, item=string(s.chars))
+                inner = f"findAll() with up to {found:,} results"
+            elif name == "find":
+                shape = string(s.chars)
+        elif name in _SCANS and s.kind != "list":
+            extra = scan_units(s.chars + sum(a.shape.chars for a in rest))
+            if name in _SAME_SIZE:
+                shape = string(s.chars)
+            inner = f"{name}() over a string of up to {s.chars:,} characters"
+        elif name in _SAME_SIZE:
+            shape = string(s.chars)
+        elif name in _LIST_SCANS and s.kind in ("list", "any"):
+            extra = s.items
+        elif name == "split":
+            pieces = s.chars + 1
+            extra = scan_units(s.chars) + pieces
+            shape = Shape("list", items=pieces, item=string(s.chars))
+            inner = f"split() of a string of up to {s.chars:,} characters"
+        elif name == "replace" and len(rest) >= 2:
+            new = rest[1].shape.chars
+            chars = s.chars + (s.chars + 1) * new
+            extra = scan_units(s.chars + chars)
+            shape = string(chars)
+            inner = f"replace() building a string of up to {chars:,} characters"
+        elif name == "join":
+            item = s.element()
+            sep = rest[0].shape.chars if rest else 0
+            chars = s.items * item.chars + max(s.items - 1, 0) * sep
+            extra = scan_units(chars)
+            shape = string(chars)
+            inner = f"join() building a string of up to {chars:,} characters"
+        elif name == "format" and rest:
+            values = rest[0].shape
+            chars = s.chars + values.items * max(values.element().chars, _SCALAR_CHARS)
+            extra = scan_units(chars) + values.items
+            shape = string(chars)
+            inner = f"format() building a string of up to {chars:,} characters"
+        elif name == "strings.quote":
+            shape = string(2 * s.chars + 2)
+            extra = scan_units(shape.chars)
+        elif name in ("orValue", "or", "optional.of", "optional.ofNonZeroValue", "value", "dyn"):
+            shape = parts[0].shape
+            for p in parts[1:]:
+                shape = join(shape, p.shape)
+        result = self.combine(1 + extra, parts, shape)
+        if inner and extra >= max((p.cost for p in parts), default=0):
+            result.why = _Why(inner=inner)
+        return result
+
+    # -- comprehensions ------------------------------------------------------------
+    def visit_Comprehension(self, node: ast.Comprehension) -> _Part:
+        rng = self.visit(node.range)
+        r = rng.shape
+        if node.kind in ("optMap", "optFlatMap"):
+            self.scopes.append({node.var: r})
+            try:
+                mapped = self.visit(node.transform) if node.transform is not None else _Part(0, SCALAR)
+            finally:
+                self.scopes.pop()
+            return self.combine(1, [rng, mapped], mapped.shape)
+        is_map = r.kind == "map"
+        if node.var2 is None:
+            scope = {node.var: r.map_key() if is_map else r.element()}
+        else:
+            scope = {node.var: r.map_key() if is_map else SCALAR, node.var2: r.element()}
+        self.scopes.append(scope)
+        try:
+            body = [self.visit(x) for x in (node.predicate, node.transform) if x is not None]
+        finally:
+            self.scopes.pop()
+        step = 1 + sum(p.cost for p in body)
+        n = r.items
+        inner = max(body, key=lambda p: p.cost).why if body else _NONE
+        why = _Why(((node.kind, n),) + inner.loops, inner.inner)
+        if node.kind in ("all", "exists", "exists_one"):
+            shape = SCALAR
+        elif node.kind == "transformMap":
+            shape = Shape("map", items=n, item=body[-1].shape if body else SCALAR, key=scope[node.var])
+        else:
+            item = body[-1].shape if node.transform is not None and body else r.element()
+            shape = Shape("list", items=n, item=item)
+        total = rng.cost + n * step
+        return _Part(total, shape, why if n * step >= rng.cost else rng.why)
+
+
+def _result_shape(name: str, parts: list[_Part]) -> Shape:
+    """The shape of a library call's result when nothing more specific is known."""
+    if name in ("string", "getScheme", "getHost", "getHostname", "getPort", "getEscapedPath"):
+        return string(max([_SCALAR_CHARS] + [p.shape.chars for p in parts]))
+    if name in ("bytes", "dyn"):
+        return parts[0].shape if parts else SCALAR
+    return SCALAR
+
+
+def estimate(
+    root: ast.Node,
+    roots: Mapping[str, Shape],
+    variables: Mapping[str, Estimate] | None = None,
+) -> tuple[Estimate, list[str]]:
+    """The worst-case cost of one evaluation of ``root`` and the ``variables.<name>``
+    it reads (in first-read order). ``roots`` gives the shape of each variable the
+    expression can read; ``variables`` the estimates of policy variables, whose
+    result shapes are used here (their own cost is the caller's to add)."""
+    read: dict[str, None] = {}
+    estimator = _Estimator(roots, variables or {}, lambda name: read.setdefault(name, None))
+    part = estimator.visit(root)
+    return Estimate(part.cost, part.shape, part.why.render()), list(read)
