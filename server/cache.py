@@ -12,6 +12,12 @@ with jitter; meanwhile the cache keeps serving what it has, and the growing
 ``nodeInfo`` (engine.nodeinfo) is maintained per node as pods are bound,
 finish or are deleted; the view dict is cached per node and rebuilt only when
 that node's pods change, because filter requests read it for every node.
+
+Every object is trimmed as it enters (``trim``, page by page while listing, so
+a first list never holds the untrimmed cluster): ``metadata.managedFields`` is
+dropped, as kube-scheduler drops it, and every string value is interned, so
+the label values, namespaces, node and image names, timestamps and the like
+that thousands of pods repeat are one object each.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import contextlib
 import functools
 import logging
 import random
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -199,7 +206,7 @@ class ClusterCache:
             wait_at_least = 0.0
             try:
                 if relist:
-                    items, rv = await self._client.list_all(inf.path, page_size=self._page_size)
+                    items, rv = await self._client.list_all(inf.path, page_size=self._page_size, transform=trim)
                     self._replace(inf, items, rv)
                     relist, listing = False, False
                 # Only a watch that delivers resets the backoff: a list that succeeds
@@ -272,6 +279,7 @@ class ClusterCache:
         obj = event.get("object")
         if not isinstance(obj, dict):
             return
+        trim(obj)
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         if kind in ("ADDED", "MODIFIED"):
             self._upsert(inf.kind, obj, str(kind))
@@ -364,3 +372,43 @@ class ClusterCache:
 
 def _rv(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def trim(obj: Obj) -> Obj:
+    """What the cache keeps of a node or pod, in place: without ``metadata.managedFields``
+    (the API server's field ownership bookkeeping, for server-side apply: nothing in kpe
+    reads it, and kube-scheduler drops it from its own cache), with every string value
+    interned, so equal values across objects are one object. Values stay equal, so no
+    policy can tell. Returns ``obj``."""
+    if type(obj) is not dict:
+        return obj  # not an object: left for the caller to judge
+    meta = obj.get("metadata")
+    if type(meta) is dict:
+        meta.pop("managedFields", None)
+    # Pods and nodes are schema-validated by the API server and nest a few dozen levels at
+    # most; an object deeper than the interpreter's stack is only left partly interned.
+    with contextlib.suppress(RecursionError):
+        _intern_strings(obj)
+    return obj
+
+
+_intern = sys.intern
+
+
+def _intern_strings(value: Any) -> None:
+    """Intern the string values (not keys: orjson already shares the short ones) under ``value``.
+    Interned strings are freed like any other once the cache lets go of them."""
+    if type(value) is dict:
+        for key, item in value.items():
+            kind = type(item)
+            if kind is str:
+                value[key] = _intern(item)
+            elif kind is dict or kind is list:
+                _intern_strings(item)
+    else:
+        for index, item in enumerate(value):
+            kind = type(item)
+            if kind is str:
+                value[index] = _intern(item)
+            elif kind is dict or kind is list:
+                _intern_strings(item)

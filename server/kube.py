@@ -201,14 +201,16 @@ class KubeClient:
         """One page of a list (pass ``limit``/``continue`` in params)."""
         return await self._call("GET", path, params=params)
 
-    async def list_all(self, path: str, *, page_size: int = 500) -> tuple[Objs, str]:
+    async def list_all(self, path: str, *, page_size: int = 500, transform: Callable[[Obj], Obj] | None = None) -> tuple[Objs, str]:
         """Every item, following ``continue`` tokens; the resourceVersion to watch from.
-        An expired continue token raises Expired: the caller starts over."""
+        An expired continue token raises Expired: the caller starts over. ``transform``
+        is applied to each item as its page arrives (before the next page is fetched)."""
         items: Objs = []
         params: dict[str, Any] = {"limit": page_size}
         while True:
             page = await self.list(path, params=params)
-            items.extend(page.get("items") or [])
+            found = page.get("items") or []
+            items.extend(map(transform, found) if transform is not None else found)
             meta = page.get("metadata") or {}
             token = meta.get("continue")
             if not token:

@@ -1,0 +1,135 @@
+"""What the node and pod cache keeps of each object (server/cache.py ``trim``): no
+``metadata.managedFields``, from the first list and from the watch; every other field
+equal to what the API server sent; equal strings shared between objects."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from server.cache import trim
+from tests.fakeapi import FakeApiServer
+from tests.test_cache import api, cache_on, client_on, eventually, kubeconfig, node, pod, run  # noqa: F401 - fixtures
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import cluster  # noqa: E402 - bench/cluster.py: realistic objects
+
+MANAGED = [{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1", "time": "2026-11-21T16:15:13Z",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}}}]
+
+
+def managed(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"]["managedFields"] = copy.deepcopy(MANAGED)
+    return obj
+
+
+def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"].pop("managedFields", None)
+    return out
+
+
+def test_trim_drops_managed_fields_and_keeps_every_other_field_equal() -> None:
+    original = cluster.realistic_pod(7, "cpu-us-east-1a-00001")
+    assert original["metadata"]["managedFields"]
+    trimmed = trim(orjson.loads(orjson.dumps(original)))
+    assert "managedFields" not in trimmed["metadata"]
+    assert trimmed == without_managed_fields(original)
+
+
+def test_trim_keeps_a_node_equal_but_for_its_managed_fields() -> None:
+    original = managed(cluster.sample_node())
+    trimmed = trim(orjson.loads(orjson.dumps(original)))
+    assert trimmed == without_managed_fields(original)
+
+
+def test_equal_strings_of_two_decoded_pods_become_one_object() -> None:
+    a, b = (trim(orjson.loads(orjson.dumps(cluster.realistic_pod(i, "cpu-us-east-1a-00001")))) for i in (0, 16))
+    assert a["metadata"]["namespace"] == b["metadata"]["namespace"]
+    assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+    assert a["spec"]["nodeName"] is b["spec"]["nodeName"]
+    assert a["spec"]["containers"][0]["image"] is b["spec"]["containers"][0]["image"]
+    assert a["metadata"]["labels"]["app.kubernetes.io/name"] is b["metadata"]["labels"]["app.kubernetes.io/name"]
+    assert a["status"]["conditions"][0]["type"] is b["status"]["conditions"][0]["type"]
+    assert a["spec"]["tolerations"][1]["key"] is b["spec"]["tolerations"][1]["key"]  # strings in lists of objects too
+
+
+def test_trim_leaves_what_is_not_an_object_and_objects_without_metadata_alone() -> None:
+    assert trim([1, "a"]) == [1, "a"]  # type: ignore[arg-type]
+    assert trim({"spec": {"nodeName": "n"}}) == {"spec": {"nodeName": "n"}}
+    assert trim({"metadata": None}) == {"metadata": None}
+
+
+def test_an_object_nested_deeper_than_the_stack_is_kept_whole() -> None:
+    deep: Any = "leaf"
+    for _ in range(sys.getrecursionlimit() + 100):
+        deep = {"d": deep}
+    obj = {"metadata": {"name": "x", "managedFields": []}, "spec": deep}
+    assert trim(obj) is obj and "managedFields" not in obj["metadata"] and obj["spec"] is deep
+
+
+def test_listed_pods_and_nodes_are_cached_without_managed_fields(api: FakeApiServer, kubeconfig: str) -> None:
+    for i in range(3):
+        api.state.add_node(managed(node(f"node-{i}", pool="cpu")))
+    for i in range(5):
+        api.state.add_pod(managed(pod(f"web-{i}", nodeName="node-1")))
+
+    async def body() -> None:
+        async with cache_on(kubeconfig, page_size=2) as (client, cache):
+            served, _ = await client.list_all("/api/v1/pods")
+            assert all(p["metadata"].get("managedFields") for p in served), "the fake API server serves managedFields"
+            assert len(cache.pods()) == 5 and len(cache.nodes()) == 3
+            assert not [o for o in cache.pods() + cache.nodes() if "managedFields" in o["metadata"]]
+            by_uid = {p["metadata"]["uid"]: p for p in cache.pods()}
+            assert [by_uid[p["metadata"]["uid"]] for p in served] == [without_managed_fields(p) for p in served]
+            assert [p["metadata"]["name"] for p in cache.node_info["node-1"]["pods"]] == [f"web-{i}" for i in range(5)]
+
+    run(body)
+
+
+def test_watched_pods_and_nodes_are_cached_without_managed_fields(api: FakeApiServer, kubeconfig: str) -> None:
+    api.state.add_node(node("node-1"))
+
+    async def body() -> None:
+        events: list[dict[str, Any]] = []
+        async with cache_on(kubeconfig, on_event=lambda kind, type_, obj: events.append(obj)) as (_, cache):
+            api.state.add_node(managed(node("node-2")))
+            api.state.add_pod(managed(pod("web", nodeName="node-2")))
+            await eventually(lambda: cache.node("node-2") is not None and len(cache.pods()) == 1, what="the watched objects")
+            assert "managedFields" not in (cache.node("node-2") or {})["metadata"]
+            assert "managedFields" not in cache.pods()[0]["metadata"]
+            assert cache.pods()[0]["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}}
+            assert not [e for e in events if "managedFields" in e["metadata"]], "subscribers see the trimmed object"
+            assert cache.node_info["node-2"]["requested"] == {"cpu": "500m", "memory": "1Gi"}
+
+    run(body)
+
+
+def test_list_all_transforms_each_item_of_every_page(api: FakeApiServer, kubeconfig: str) -> None:
+    for i in range(5):
+        api.state.add_node(node(f"node-{i}"))
+
+    async def body() -> None:
+        async with client_on(kubeconfig) as client:
+            seen: list[str] = []
+
+            def mark(obj: dict[str, Any]) -> dict[str, Any]:
+                seen.append(obj["metadata"]["name"])
+                return {"marked": obj["metadata"]["name"]}
+
+            items, rv = await client.list_all("/api/v1/nodes", page_size=2, transform=mark)
+            assert items == [{"marked": f"node-{i}"} for i in range(5)] and seen == [f"node-{i}" for i in range(5)] and rv
+
+    run(body)
+
+
+def test_many_decoded_pods_share_their_repeated_strings() -> None:
+    """The point of interning: 64 replicas' namespaces, images and node names are a handful of objects."""
+    pods = [trim(orjson.loads(orjson.dumps(cluster.realistic_pod(i, f"node-{i % 4}")))) for i in range(64)]
+    assert len({id(p["metadata"]["namespace"]) for p in pods}) == len({p["metadata"]["namespace"] for p in pods}) == 4
+    assert len({id(p["spec"]["nodeName"]) for p in pods}) == 4
+    assert len({id(p["spec"]["containers"][0]["image"]) for p in pods}) == len({p["spec"]["containers"][0]["image"] for p in pods})
