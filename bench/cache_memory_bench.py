@@ -1,0 +1,207 @@
+"""Memory of kpe's node and pod cache per pod: objects kept as the API server sends
+them ("raw", what kpe did before) beside what the cache keeps now ("trimmed":
+``server.cache.trim``, no managedFields, string values interned), in the same run.
+
+    python bench/cache_memory_bench.py                          # 30,000 pods on 1,000 nodes
+    python bench/cache_memory_bench.py --pods 150000 --per-node 30   # 5,000 nodes
+    python bench/cache_memory_bench.py --no-tracemalloc         # RSS only (faster)
+
+Pods are ``bench/cluster.py``'s ``realistic_pod``: running Deployment replicas as a
+real API server returns them (managedFields of kube-controller-manager and kubelet,
+status with conditions and containerStatuses, the projected service-account token
+volume, env, probes, ownerReferences), 30 per node by default; nodes are
+``cluster.nodes`` with managedFields added. Each measurement runs in a fresh child
+process: it serializes the cluster into list pages of 500 (the API server's bytes,
+kept alive throughout, so they are in the baseline), then runs the real
+``ClusterCache`` against a stub client whose ``list_all`` decodes those pages with
+orjson as ``KubeClient.list_all`` does, until the cache has synced and every
+node's ``nodeInfo`` is built. "raw" replaces ``server.cache.trim`` with the
+identity. It prints, per mode: the RSS growth (VmRSS after the sync minus before
+it) and the bytes tracemalloc sees allocated (in a second child), each per pod,
+and how long the first sync took (without tracemalloc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(Path(__file__).parent)]
+
+import cluster  # noqa: E402
+
+Obj = dict[str, Any]
+PAGE = 500
+NODE_MANAGED_FIELDS = [
+    {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": "2026-11-01T08:00:00Z", "fieldsType": "FieldsV1",
+     "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:node.alpha.kubernetes.io/ttl": {}, "f:volumes.kubernetes.io/controller-managed-attach-detach": {}},
+                                 "f:labels": {".": {}, "f:beta.kubernetes.io/arch": {}, "f:beta.kubernetes.io/os": {}, "f:kubernetes.io/arch": {},
+                                              "f:kubernetes.io/hostname": {}, "f:kubernetes.io/os": {}}},
+                  "f:spec": {"f:podCIDR": {}, "f:podCIDRs": {".": {}, 'v:"10.244.1.0/24"': {}}, "f:providerID": {}}}},
+    {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": "2026-11-20T08:00:00Z", "fieldsType": "FieldsV1", "subresource": "status",
+     "fieldsV1": {"f:status": {"f:allocatable": {"f:cpu": {}, "f:ephemeral-storage": {}, "f:memory": {}, "f:pods": {}},
+                               "f:capacity": {"f:cpu": {}, "f:ephemeral-storage": {}, "f:memory": {}, "f:pods": {}},
+                               "f:conditions": {**{f'k:{{"type":"{t}"}}': {"f:lastHeartbeatTime": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:reason": {}, "f:status": {}}
+                                                   for t in ("DiskPressure", "MemoryPressure", "PIDPressure", "Ready")}},
+                               "f:images": {}, "f:nodeInfo": {"f:bootID": {}, "f:kernelVersion": {}}}}},
+]
+
+
+def pages(kind: str, objects: Iterator[Obj], resource_version: str = "1000000") -> list[bytes]:
+    """The list pages the API server would send, as bytes."""
+    out: list[bytes] = []
+    batch: list[Obj] = []
+
+    def flush(last: bool) -> None:
+        meta: Obj = {"resourceVersion": resource_version}
+        if not last:
+            meta["continue"] = f"page-{len(out) + 1}"
+        out.append(orjson.dumps({"kind": f"{kind}List", "apiVersion": "v1", "metadata": meta, "items": batch}))
+
+    for obj in objects:
+        batch.append(obj)
+        if len(batch) == PAGE:
+            flush(False)
+            batch = []
+    flush(True)
+    return out
+
+
+class PagesClient:
+    """What ``ClusterCache`` needs of ``KubeClient``: ``list_all`` over prepared pages, and a
+    watch that stays open, saying nothing, until the cache stops."""
+
+    def __init__(self, bodies: dict[str, list[bytes]]) -> None:
+        self.bodies = bodies
+
+    async def list_all(self, path: str, *, page_size: int = 500, transform: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
+        items: list[Obj] = []
+        rv = ""
+        for body in self.bodies[path]:
+            page = orjson.loads(body)
+            found = page.get("items") or []
+            items.extend(map(transform, found) if transform is not None else found)
+            rv = page["metadata"]["resourceVersion"]
+            await asyncio.sleep(0)
+        return items, rv
+
+    async def watch(self, path: str, *, resource_version: str, timeout_seconds: int = 300, bookmarks: bool = True,
+                    on_open: Callable[[], None] | None = None) -> AsyncIterator[Obj]:
+        if on_open is not None:
+            on_open()
+        await asyncio.sleep(3600)
+        return
+        yield {}
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def child(mode: str, count: int, per_node: int, traced: bool) -> Obj:
+    import server.cache
+    from server.cache import ClusterCache
+
+    nodes = cluster.nodes(max(1, -(-count // per_node)))
+    for node in nodes:
+        node["metadata"]["managedFields"] = NODE_MANAGED_FIELDS
+    names = [n["metadata"]["name"] for n in nodes]
+    json_bytes = 0
+
+    def pods() -> Iterator[Obj]:
+        nonlocal json_bytes
+        for i in range(count):
+            pod = cluster.realistic_pod(i, names[i // per_node])
+            json_bytes += len(orjson.dumps(pod))
+            yield pod
+
+    bodies = {"/api/v1/nodes": pages("Node", iter(nodes)), "/api/v1/pods": pages("Pod", pods())}
+    del nodes
+    if mode == "raw":
+        server.cache.trim = lambda obj: obj  # type: ignore[assignment]  # objects kept as decoded
+    gc.collect()
+    if traced:
+        tracemalloc.start()
+    before_rss = rss_bytes()
+    before_traced = tracemalloc.get_traced_memory()[0] if traced else 0
+    started = time.perf_counter()
+
+    async def sync() -> ClusterCache:
+        cache = ClusterCache(PagesClient(bodies), page_size=PAGE)  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        task = asyncio.create_task(cache.run(stop))
+        await cache.synced.wait()
+        _ = {name: cache.node_info[name] for name in names}  # every nodeInfo view built, as the first requests do
+        stop.set()
+        await task
+        return cache
+
+    cache = asyncio.run(sync())
+    sync_s = time.perf_counter() - started
+    gc.collect()
+    after_traced = tracemalloc.get_traced_memory()[0] if traced else 0
+    after_rss = rss_bytes()
+    assert len(cache.pods()) == count and len(cache.nodes()) == len(names)
+    return {"mode": mode, "pods": count, "nodes": len(names), "json_per_pod": json_bytes / count, "rss": after_rss - before_rss,
+            "traced": after_traced - before_traced, "sync_s": sync_s}
+
+
+def run_child(mode: str, count: int, per_node: int, traced: bool) -> Obj:
+    args = [sys.executable, __file__, "--child", mode, "--pods", str(count), "--per-node", str(per_node)]
+    if traced:
+        args.append("--traced")
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    result: Obj = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", type=int, default=30_000)
+    parser.add_argument("--per-node", type=int, default=30)
+    parser.add_argument("--modes", default="raw,trimmed", help="comma-separated: raw, trimmed")
+    parser.add_argument("--no-tracemalloc", action="store_true", help="skip the tracemalloc children")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.pods, args.per_node, args.traced)))
+        return 0
+    modes = [m for m in args.modes.split(",") if m]
+    rows = []
+    for mode in modes:
+        row = run_child(mode, args.pods, args.per_node, False)
+        if not args.no_tracemalloc:
+            row["traced"] = run_child(mode, args.pods, args.per_node, True)["traced"]
+        else:
+            row["traced"] = None
+        rows.append(row)
+    first = rows[0]
+    print(f"{first['pods']:,} realistic pods on {first['nodes']:,} nodes, {first['json_per_pod'] / 1024:.2f} KiB of JSON per pod")
+    print(f"{'mode':>8} | {'RSS MiB':>8} | {'RSS/pod KiB':>11} | {'x JSON':>6} | {'traced/pod KiB':>14} | {'first sync s':>12}")
+    for row in rows:
+        per_pod = row["rss"] / row["pods"]
+        traced = f"{row['traced'] / row['pods'] / 1024:14.1f}" if row["traced"] is not None else f"{'-':>14}"
+        print(f"{row['mode']:>8} | {row['rss'] / 2**20:8.0f} | {per_pod / 1024:11.1f} | {per_pod / row['json_per_pod']:6.1f} | {traced} | {row['sync_s']:12.2f}")
+    if len(rows) > 1:
+        print(f"{rows[-1]['mode']}/{rows[0]['mode']} RSS: {rows[-1]['rss'] / rows[0]['rss']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
