@@ -1,0 +1,200 @@
+"""Memory of kpe beside kube-scheduler's, both caching the same real cluster.
+
+    python bench/memory_bench.py                          # 1,000 nodes, 20,000 bound pods
+    python bench/memory_bench.py --nodes 5000 --pods 150000
+
+etcd and kube-apiserver (1.32) run on loopback (``tests/e2e/controlplane.py``;
+skipped without the binaries). Nodes are created as API objects, then pods that
+are already bound (``spec.nodeName`` set, so nothing is scheduled), shaped as a
+real API server returns a running Deployment's pod: labels, annotations, an
+ownerReference, a container with env, a port, a probe, volume mounts, the
+projected service-account volume, and a status (conditions, IPs, container
+statuses, written through the status subresource); the API server adds
+``managedFields`` itself (two entries: the create and the status update).
+About 4 KiB of JSON per pod, printed.
+
+Before the pods exist, a kpe and a kube-scheduler are started on the nodes alone
+(the baseline). With the pods, kpe starts first (``kpe serve`` on the shipped
+policies, plain HTTP, ``--cluster on``: its initial sync time is from its start
+to /readyz), then kube-scheduler (no extender, leader election off; until its
+/readyz). After both have synced and settled, VmRSS and VmHWM of each come from
+/proc/PID/status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import realcluster as rc  # noqa: E402
+
+NAMESPACES = ["shop", "search", "batch", "ml-train", "payments"]
+
+
+def pod_body(i: int, node: str) -> dict[str, Any]:
+    ns = NAMESPACES[i % len(NAMESPACES)]
+    app = f"svc-{i % 97:02d}"
+    rs_hash = f"{(i % 97) * 7919 % 0xFFFFFFF:07x}"[:9]
+    name = f"{app}-{rs_hash}-{i:06x}"
+    team = rc.TEAMS[i % len(rc.TEAMS)]
+    env = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
+        {"name": "LOG_LEVEL", "value": "info"},
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector.monitoring.svc:4317"},
+    ]
+    probe = {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"}, "initialDelaySeconds": 5, "timeoutSeconds": 1,
+             "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": ns, "generateName": f"{app}-{rs_hash}-",
+            "labels": {"app.kubernetes.io/name": app, "app.kubernetes.io/part-of": ns, "app.kubernetes.io/version": "2.14.0",
+                       "pod-template-hash": rs_hash, "team": team, "tier": "backend"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-20T09:14:03Z", "prometheus.io/scrape": "true"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-{rs_hash}",
+                                 "uid": f"6f1c2d3e-4b5a-4c6d-8e7f-{i % 97:012d}", "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "app", "image": f"registry.example.com/{ns}/{app}:2.14.0", "imagePullPolicy": "IfNotPresent",
+                 "args": ["--config=/etc/app/config.yaml", "--port=8080"],
+                 "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                 "env": env,
+                 "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+                 "volumeMounts": [{"name": "config", "mountPath": "/etc/app", "readOnly": True},
+                                  {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}],
+                 "readinessProbe": probe,
+                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"},
+            ],
+            "volumes": [
+                {"name": "config", "configMap": {"name": f"{app}-config", "defaultMode": 420}},
+                {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+                ]}},
+            ],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": app, "serviceAccount": app, "securityContext": {"fsGroup": 2000},
+            "schedulerName": "default-scheduler", "enableServiceLinks": False, "priority": 0, "preemptionPolicy": "PreemptLowerPriority",
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ],
+        },
+    }
+
+
+def pod_status(i: int) -> dict[str, Any]:
+    t = "2026-11-20T09:14:09Z"
+    ip = f"10.{64 + i // 65536 % 64}.{i // 256 % 256}.{i % 256}"
+    host = f"10.0.{i // 256 % 256}.{i % 200}"
+
+    def running(name: str, image: str, digest: str) -> dict[str, Any]:
+        return {"name": name, "ready": True, "restartCount": 0, "started": True, "image": image,
+                "imageID": f"{image.rsplit(':', 1)[0]}@sha256:{digest}",
+                "containerID": f"containerd://{(digest * 2)[i % 7:i % 7 + 64]}",
+                "state": {"running": {"startedAt": t}}, "lastState": {}}
+
+    return {"status": {
+        "phase": "Running", "qosClass": "Burstable", "hostIP": host, "hostIPs": [{"ip": host}], "podIP": ip, "podIPs": [{"ip": ip}],
+        "startTime": "2026-11-20T09:14:04Z",
+        "conditions": [{"type": c, "status": "True", "lastProbeTime": None, "lastTransitionTime": t}
+                       for c in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")],
+        "containerStatuses": [
+            running("app", "registry.example.com/app:2.14.0", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+        ],
+    }}
+
+
+def settle(pid: int, seconds: float) -> dict[str, int]:
+    """RSS after ``seconds`` of quiet (the last of one sample a second)."""
+    sample = rc.rss(pid)
+    for _ in range(int(seconds)):
+        time.sleep(1)
+        sample = rc.rss(pid)
+    return sample
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--pods", type=int, default=20000)
+    ap.add_argument("--concurrency", type=int, default=16, help="concurrent creates (default 16)")
+    ap.add_argument("--settle", type=float, default=5, help="seconds to let both settle after syncing before reading RSS")
+    args = ap.parse_args()
+    rc.skip_without_binaries()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kpe-memory-bench-") as tmp, rc.control_plane(Path(tmp)) as plane:
+        workdir = Path(tmp)
+        for ns in NAMESPACES:
+            plane.api.namespace(ns)
+        names, t_nodes = rc.create_nodes(plane, args.nodes, args.concurrency)
+        print(f"control plane up; {args.nodes:,} nodes created in {t_nodes:.1f} s", flush=True)
+
+        # Baseline: the nodes alone.
+        kpe, kpe_sync0 = rc.start_kpe(plane, workdir, name="kpe-baseline")
+        scheduler = rc.start_scheduler(rc.scheduler_config(plane, None), workdir, name="kube-scheduler-baseline")
+        base = {"kpe": settle(kpe.process.popen.pid, args.settle), "kube-scheduler": settle(scheduler.popen.pid, 1)}
+        kpe.stop()
+        scheduler.stop()
+        print(f"baseline (nodes only): kpe {mib(base['kpe']['VmRSS'])}, kube-scheduler {mib(base['kube-scheduler']['VmRSS'])}", flush=True)
+
+        per_node = (args.pods + args.nodes - 1) // args.nodes
+        t_create = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{NAMESPACES[i % len(NAMESPACES)]}/pods", pod_body(i, names[i // per_node]))
+                                       for i in range(args.pods)], args.concurrency)
+        print(f"{args.pods:,} bound pods created in {t_create:.1f} s ({args.pods / t_create:.0f}/s)", flush=True)
+        t_status = rc.run_many(plane, [("PATCH", f"/api/v1/namespaces/{NAMESPACES[i % len(NAMESPACES)]}/pods/{pod_body(i, '')['metadata']['name']}/status",
+                                        pod_status(i)) for i in range(args.pods)], args.concurrency)
+        print(f"their status written in {t_status:.1f} s", flush=True)
+        sample = plane.api.get(f"/api/v1/namespaces/{NAMESPACES[0]}/pods", params={"limit": 200})["items"]
+        json_bytes = sum(len(orjson.dumps({"apiVersion": "v1", "kind": "Pod", **p})) for p in sample) / len(sample)
+        mf_bytes = sum(len(orjson.dumps(p["metadata"].get("managedFields", []))) for p in sample) / len(sample)
+
+        kpe, kpe_sync = rc.start_kpe(plane, workdir, name="kpe")
+        print(f"kpe synced in {kpe_sync:.1f} s", flush=True)
+        t0 = time.monotonic()
+        scheduler = rc.start_scheduler(rc.scheduler_config(plane, None), workdir, name="kube-scheduler")
+        sched_sync = time.monotonic() - t0
+        kpe_rss = settle(kpe.process.popen.pid, args.settle)
+        sched_rss = rc.rss(scheduler.popen.pid)
+        m = rc.metrics(kpe.url)
+        cached_pods, cached_nodes = m("kpe_cache_objects", kind="pod"), m("kpe_cache_objects", kind="node")
+        kpe.stop()
+        scheduler.stop()
+
+    print()
+    print(f"real kube-apiserver (1.32), {args.nodes:,} nodes, {args.pods:,} bound pods "
+          f"({json_bytes / 1024:.1f} KiB of JSON each as the API server returns them, {mf_bytes / 1024:.1f} KiB of it managedFields); "
+          f"kpe cached {cached_nodes:,.0f} nodes and {cached_pods:,.0f} pods")
+    print()
+    print("| process | sync (start to /readyz) | VmRSS | VmHWM | VmRSS, nodes only | per pod |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for who, sync, now_, b in (("kube-scheduler", sched_sync, sched_rss, base["kube-scheduler"]),
+                               ("kpe", kpe_sync, kpe_rss, base["kpe"])):
+        per_pod = (now_["VmRSS"] - b["VmRSS"]) / args.pods
+        print(f"| {who} | {sync:.1f} s | {mib(now_['VmRSS'])} | {mib(now_['VmHWM'])} | {mib(b['VmRSS'])} | "
+              f"{per_pod / 1024:.1f} KiB ({per_pod / json_bytes:.1f}x the JSON) |")
+    print(f"| kpe / kube-scheduler | {kpe_sync / sched_sync:.1f}x | {kpe_rss['VmRSS'] / sched_rss['VmRSS']:.2f}x | "
+          f"{kpe_rss['VmHWM'] / sched_rss['VmHWM']:.2f}x | {base['kpe']['VmRSS'] / base['kube-scheduler']['VmRSS']:.2f}x | |")
+    print()
+    print(f"kpe on the nodes alone synced in {kpe_sync0:.1f} s; total {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
