@@ -26,6 +26,7 @@ from typing import Any, cast
 from . import ast
 from .errors import CompileError, EvalError
 from .library import Library
+from .limits import FREE_SCAN_CHARS
 from .values import CelType, UInt
 
 # Python refuses more than 20 nested blocks in one function and 100 levels of
@@ -547,15 +548,21 @@ class CodeGenerator:
             py = {"startsWith": f"{t}.startswith({args[0]})", "endsWith": f"{t}.endswith({args[0]})", "contains": f"({args[0]} in {t})"}[name]
             fallback = self.call(node, name, [t, args[0]], method=True)
             # contains() scans its receiver: past the free size it is charged (limits.py).
-            short = f" and len({t}) <= _FREE_SCAN" if name == "contains" else ""
+            short = f" and len({t}) <= {FREE_SCAN_CHARS}" if name == "contains" else ""
             return f"({py} if type({t} := {target}) is str{short} and type({args[0]}) is str else {fallback})", "bool"
         if name == "size" and not args:
             return f"(len({t}) if type({t} := {target}) in _SIZED else _size({t}))", "int"
         if name == "matches" and len(node.args) == 1 and isinstance(node.args[0], ast.Literal) and type(node.args[0].value) is str:
             matcher = self.literal_regex(node, node.args[0].value)
             if matcher is not None:
-                fallback = self.call(node, name, [t, args[0]], method=True)
-                return f"({matcher}({t}) if type({t} := {target}) is str and len({t}) <= _FREE_SCAN else {fallback})", "bool"
+                # The matcher charges a long string's first scan itself (memoized answers cost
+                # nothing): to the evaluation's budget where there are loops, else to a budget
+                # of its own, as charged_call does.
+                budget = ""
+                if self.has_loops:
+                    self.uses_cost = True
+                    budget = ", _c"
+                return f"({matcher}({t}{budget}) if type({t} := {target}) is str else {self.method_ref(node, name)}({t}, {args[0]}))", "bool"
         charged = self.charged_call(name, [target] + args, method=True)
         if charged is not None:
             return charged, self.library.result_types.get(name, "dyn")
@@ -603,9 +610,10 @@ class CodeGenerator:
     def literal_regex(self, node: ast.Call, pattern: str) -> str | None:
         """A matcher compiled now for a literal pattern; an invalid pattern is a compile error."""
         from .regex import literal_matcher
+        from .runtime import make_cost_check
 
         try:
-            matcher = literal_matcher(pattern)
+            matcher = literal_matcher(pattern, make_cost_check(self.text, self.cost_limit), self.cost_limit)
         except EvalError as exc:
             if self.check:
                 raise self.error(exc.message, node.args[0]) from None

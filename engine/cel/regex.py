@@ -14,7 +14,7 @@ from typing import Any, Final
 import re2
 
 from .errors import EvalError, no_such_overload
-from .limits import FIND_RESULT_UNITS, check_list, regex_factor, scan_units
+from .limits import FIND_RESULT_UNITS, FREE_SCAN_CHARS, check_list, regex_factor, scan_units
 
 Pattern = Any  # re2._Regexp, which the module does not export under a public name
 
@@ -128,16 +128,27 @@ def _rune_width(data: bytes, pos: int) -> int:
 _MEMO_LIMIT: Final = 4096
 
 
-def literal_matcher(pattern: str) -> Any:
+def literal_matcher(pattern: str, exceeded: Any = None, limit: int = 0) -> Any:
     """``s.matches(pattern)`` for a pattern known at compile time, remembering recent
     answers: policies test the same label values (zones, instance types) on thousands
-    of nodes, and a dict lookup is far cheaper than a call into RE2."""
+    of nodes, and a dict lookup is far cheaper than a call into RE2.
+
+    A string longer than ``FREE_SCAN_CHARS`` that is not remembered is charged to
+    ``budget`` (the evaluation's, or one of ``limit`` units for this call) before
+    it is scanned; ``exceeded`` raises the cost error."""
     regex = compile_pattern(pattern)
     memo: dict[str, bool] = {}
+    factor = regex_factor(len(pattern))
 
-    def match(s: str) -> bool:
+    def match(s: str, budget: list[int] | None = None) -> bool:
         found = memo.get(s)
         if found is None:
+            if len(s) > FREE_SCAN_CHARS and exceeded is not None:
+                left = (budget[0] if budget is not None else limit) - scan_units(len(s)) * factor
+                if budget is not None:
+                    budget[0] = left
+                if left < 0:
+                    exceeded("matches")
             found = regex.search(_utf8(s)) is not None
             if len(memo) >= _MEMO_LIMIT:
                 memo.clear()

@@ -16,7 +16,6 @@ from .errors import (
     NoSuchOverloadError,
     no_such_overload,
 )
-from .limits import FREE_SCAN_CHARS
 from .values import OPTIONAL_NONE, Optional, UInt, has_bool_keys, map_key, plain_key, type_name, type_of
 
 
@@ -316,7 +315,6 @@ def namespace() -> dict[str, Any]:
         "_and": logical_and,
         "_or": logical_or,
         "_comprehension": comprehension,
-        "_FREE_SCAN": FREE_SCAN_CHARS,
         "_Reraise": CostLimitError,
         "_UNBOUND": UNBOUND,
         "type_name": type_name,

@@ -85,8 +85,11 @@ def test_contains_and_matches_on_long_strings_are_charged_and_on_short_ones_take
     assert run("l.all(x, s.contains('b') == false)", s=MIB, l=[1] * 9) is True
     with pytest.raises(cel.CostLimitError):
         run("l.all(x, s.contains('b') == false)", s=MIB, l=[1] * 10)
+    # A literal pattern's answers are remembered: the same long string is scanned (and charged) once...
+    assert run("l.all(x, !s.matches('^b+c'))", s=MIB, l=[1] * 10) is True
+    # ...ten different ones are ten scans.
     with pytest.raises(cel.CostLimitError):
-        run("l.all(x, !s.matches('^b+c'))", s=MIB, l=[1] * 10)
+        run("l.all(x, !x.matches('^b+c'))", l=[MIB[i:] for i in range(10)])
     assert run("l.all(x, x.matches('^a+$'))", l=["a" * 100] * 1000) is True
 
 
