@@ -26,6 +26,7 @@ from .errors import (
     NoSuchOverloadError,
 )
 from .library import Library
+from .limits import MAX_LIST_SIZE, MAX_STRING_SIZE, SizeLimitError
 from .program import DEFAULT_COST_LIMIT, Program
 from .values import CelType, Optional, UInt
 
@@ -52,12 +53,14 @@ def compile(  # noqa: A001 - the public name the rest of kpe and external checks
     With ``check`` (the default) an undeclared identifier or function, or an
     operator applied to types that have no overload, is a ``CompileError``;
     without it those become evaluation errors. ``cost_limit`` bounds the
-    comprehension iterations of one evaluation.
+    work of one evaluation: comprehension items and the characters string
+    functions scan (``limits.py``).
     """
     return Program(text, variables=variables, library=default_library(), check=check, cost_limit=cost_limit)
 
 
 __all__ = [
     "CelError", "CelType", "CompileError", "CostLimitError", "DivisionByZeroError", "EvalError", "IntOverflowError",
-    "NoSuchKeyError", "NoSuchOverloadError", "Optional", "Program", "UInt", "compile", "default_library",
+    "NoSuchKeyError", "NoSuchOverloadError", "Optional", "Program", "SizeLimitError", "UInt", "compile", "default_library",
+    "MAX_LIST_SIZE", "MAX_STRING_SIZE",
 ]
