@@ -109,6 +109,14 @@ class _PolicyCompiler:
     def expression(self, path: Path, kind: str, *, scope_of: str | None = None) -> Expression | None:
         """Compile the expression at ``path``; ``kind`` decides its result type,
         ``scope_of`` (default: ``kind``) what it may read."""
+        try:
+            return self._expression(path, kind, scope_of=scope_of)
+        except RecursionError:
+            # The passes over the syntax tree (variables, cost, the equivalence reads) recurse too.
+            self.error("KPE300", path, cel.TOO_DEEP)
+            return None
+
+    def _expression(self, path: Path, kind: str, *, scope_of: str | None = None) -> Expression | None:
         text = self._get(path)
         scope_kind = scope_of or kind
         allow_node_vars = scope_kind in NODE_VARIABLE_KINDS or scope_kind == "variable"

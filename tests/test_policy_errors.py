@@ -39,3 +39,16 @@ def test_a_missing_path_is_an_error_not_an_empty_set(tmp_path: Path) -> None:
         load([tmp_path / "nope"])
     assert info.value.errors[0].code == "KPE100"
     assert "no such file or directory" in info.value.render()
+
+
+def test_an_expression_nested_too_deeply_is_a_located_load_error_not_a_crash(tmp_path: Path) -> None:
+    deep = "(" * 400 + "true" + ")" * 400
+    (tmp_path / "deep.yaml").write_text(f'apiVersion: kpe.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: deep}}\nspec:\n  filters:\n  - name: nested\n    expression: "{deep}"\n')
+    with pytest.raises(PolicyLoadError) as info:
+        load([tmp_path])
+    [error] = info.value.errors
+    assert (error.code, error.policy, error.path, error.location.line) == ("KPE300", "deep", "spec.filters[0].expression", 7)
+    assert error.message == (
+        "expression is nested too deeply to compile (parentheses, lists, maps, calls or operators "
+        "inside each other a few hundred levels deep); split it into variables"
+    )

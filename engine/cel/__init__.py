@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from .errors import (
+    TOO_DEEP,
     CelError,
     CompileError,
     CostLimitError,
@@ -56,11 +57,16 @@ def compile(  # noqa: A001 - the public name the rest of kpe and external checks
     work of one evaluation: comprehension items and the characters string
     functions scan (``limits.py``).
     """
-    return Program(text, variables=variables, library=default_library(), check=check, cost_limit=cost_limit)
+    try:
+        return Program(text, variables=variables, library=default_library(), check=check, cost_limit=cost_limit)
+    except (RecursionError, SyntaxError, MemoryError):
+        # The Python kpe generates gives out on very deep nesting too (Python's own parser
+        # allows 200 levels of brackets): a policy's error to report, not a crash of the loader.
+        raise CompileError(TOO_DEEP, text=text) from None
 
 
 __all__ = [
-    "CelError", "CelType", "CompileError", "CostLimitError", "DivisionByZeroError", "EvalError", "IntOverflowError",
+    "TOO_DEEP", "CelError", "CelType", "CompileError", "CostLimitError", "DivisionByZeroError", "EvalError", "IntOverflowError",
     "NoSuchKeyError", "NoSuchOverloadError", "Optional", "Program", "SizeLimitError", "UInt", "compile", "default_library",
     "MAX_LIST_SIZE", "MAX_STRING_SIZE",
 ]

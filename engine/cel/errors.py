@@ -8,6 +8,12 @@ class CelError(Exception):
     """Base of every error the CEL package raises."""
 
 
+TOO_DEEP = (
+    "expression is nested too deeply to compile (parentheses, lists, maps, calls or operators "
+    "inside each other a few hundred levels deep); split it into variables"
+)
+
+
 class CompileError(CelError):
     """An expression that cannot be parsed or checked.
 

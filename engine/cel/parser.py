@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import ast
-from .errors import CompileError
+from .errors import TOO_DEEP, CompileError
 from .lexer import INT64_MIN_MAGNITUDE, Token, tokenize
 
 RESERVED = frozenset(
@@ -23,7 +23,12 @@ MAX_DEPTH = 250  # nesting bound so hostile input fails cleanly, not with Recurs
 
 def parse(text: str) -> ast.Node:
     """Parse one CEL expression; raises ``CompileError`` with the position of the problem."""
-    return _Parser(text).parse()
+    try:
+        return _Parser(text).parse()
+    except RecursionError:
+        # Each nesting level costs the recursive descent several frames: deep input runs out
+        # of Python's stack before MAX_DEPTH; a policy's error, not a crash of the loader.
+        raise CompileError(TOO_DEEP, text=text) from None
 
 
 class _Parser:

@@ -196,3 +196,13 @@ def test_cost_limit_applies_to_each_call_of_a_bound_program_and_to_bind_itself()
     # A pod-only part over the limit is not computed at bind(); it fails when a call needs it.
     with pytest.raises(cel.CostLimitError):
         program.bind(pod={"items": list(range(20))})(node=node)
+
+
+@pytest.mark.parametrize("text", ["(" * 400 + "1" + ")" * 400, "[" * 400 + "]" * 400, " + ".join(["1"] * 3000), "!" * 3000 + "true"])
+def test_an_expression_nested_too_deeply_is_a_compile_error_not_a_crash(text: str) -> None:
+    with pytest.raises(cel.CompileError) as info:
+        cel.compile(text)
+    assert info.value.message == (
+        "expression is nested too deeply to compile (parentheses, lists, maps, calls or operators "
+        "inside each other a few hundred levels deep); split it into variables"
+    )
