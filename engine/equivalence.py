@@ -181,9 +181,13 @@ class ClassMemo:
                 results[i] = result = compute(node, info, name)
                 by_name[name] = (node, info, result)
         self.snapshot = Snapshot(names, nodes, infos, results, info_version=version, info_map=node_info if version is not None else None, positions=positions)
-        if len(by_name) > 2 * len(names) + 64:
-            # Deleted nodes would otherwise stay forever; keep the ones still asked about.
-            self.by_name = {name: by_name[name] for name in names if name in by_name}
+        # Deleted nodes would otherwise stay for ever. The bound follows the cluster, not this
+        # request: kube-scheduler sends a different window of ~40% of the nodes for each pod, and
+        # a bound of twice the window made the class forget every node outside it.
+        cluster = len(node_info) if node_info is not None else len(names)
+        if len(by_name) > 2 * max(cluster, len(names)) + 64:
+            keep = node_info if node_info is not None else dict.fromkeys(names)
+            self.by_name = {name: entry for name, entry in by_name.items() if name in keep}
         return Lookup(names, infos, results, hits, changed, previous)
 
 

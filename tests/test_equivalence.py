@@ -370,3 +370,25 @@ spec:
         answer = score_nodes(after, pod, nodes, memo=memo, now=at(hour))
         assert answer.scores == score_nodes(after, pod, nodes, now=at(hour)).scores
         assert answer.memo_hits == 0
+
+
+@pytest.mark.parametrize("tracked", [False, True], ids=["plain-node-info", "tracked-node-info"])
+def test_a_class_remembers_the_nodes_outside_the_current_window_of_names(tracked: bool) -> None:
+    # kube-scheduler sends each pod a different window of about 40% of the nodes.
+    policies = policy_set()
+    nodes = cluster.nodes(400)
+    plain = node_info_map(nodes, cluster.pods_on(nodes, 2))
+    info: dict[str, Any] = plain
+    if tracked:
+        info = TrackedNodeInfo()
+        info.update(plain)
+    memo = EquivalenceCache()
+    stream = replicas(cluster.scheduling_pod(gpus=0))
+    for start in range(0, 400, 100):  # a first round over every node
+        same_filter(policies, next(stream), nodes[start:start + 100], info, at(12), memo)
+    rng = random.Random(5)
+    for _ in range(20):
+        start = rng.randrange(400)
+        window = [nodes[(start + k) % 400] for k in range(100)]
+        result = same_filter(policies, next(stream), window, info, at(12), memo)
+        assert result.memo_misses == 0, "nothing changed: every node of every window is remembered"
