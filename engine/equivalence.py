@@ -112,10 +112,14 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("by_name", "snapshot", "bound")
+    __slots__ = ("node_of", "info_of", "result_of", "snapshot", "bound")
 
     def __init__(self) -> None:
-        self.by_name: dict[str, tuple[Any, Any, Any]] = {}  # node name -> (node object, nodeInfo object, result)
+        # Per node name: the node and nodeInfo objects a result was computed from, and the
+        # result. Three dicts rather than one of tuples, so a whole window is checked in C.
+        self.node_of: dict[str, Any] = {}
+        self.info_of: dict[str, Any] = {}
+        self.result_of: dict[str, Any] = {}
         self.snapshot: Snapshot | None = None
         # The verb's rules bound to the class's first pod: every pod of the class
         # gives them the same values (rules that read now are bound per request).
@@ -126,10 +130,15 @@ class ClassMemo:
         previous = self.snapshot
         changed: list[int] | None = None
         version = node_info.version if isinstance(node_info, TrackedNodeInfo) else None
+        same: list[bool] | None = None
+        moved: list[int] = []
         if previous is not None and len(previous.nodes) == len(nodes):
             # None: the caller passed the very list of last time (it resolved the same names again).
             same = None if nodes is previous.nodes else list(map(is_, nodes, previous.nodes))
             moved = _falses(same) if same is not None else []
+        # Patching the last list pays when few positions moved; another window of the same
+        # length (kube-scheduler's next pod) goes to the general path below, which works in C.
+        if previous is not None and len(previous.nodes) == len(nodes) and len(moved) * 8 <= len(nodes):
             names = previous.names
             if moved:
                 names = names.copy()
@@ -164,30 +173,33 @@ class ClassMemo:
             todo: Iterable[int] = changed
             hits = len(nodes) - len(changed)
         else:
+            # Another list of names (kube-scheduler sends each pod a different window): compare
+            # every node's objects with those its result came from, in C, and compute the stale.
             names = node_names(nodes)
             infos = _infos(node_info, names, missing)
-            results = [None] * len(names)
-            todo = range(len(names))
-            hits = 0
+            results = list(map(self.result_of.get, names))
+            fresh = map(and_, map(is_, map(self.node_of.get, names), nodes), map(is_, map(self.info_of.get, names), infos))
+            todo = _falses(list(fresh))
+            hits = len(names) - len(todo)
             positions = None
-        by_name = self.by_name
+        node_of, info_of, result_of = self.node_of, self.info_of, self.result_of
         for i in todo:
             name, node, info = names[i], nodes[i], infos[i]
-            entry = by_name.get(name)
-            if entry is not None and entry[0] is node and entry[1] is info:
-                results[i] = entry[2]
+            if node_of.get(name) is node and info_of.get(name) is info:
+                results[i] = result_of[name]
                 hits += 1
             else:
                 results[i] = result = compute(node, info, name)
-                by_name[name] = (node, info, result)
+                node_of[name], info_of[name], result_of[name] = node, info, result
         self.snapshot = Snapshot(names, nodes, infos, results, info_version=version, info_map=node_info if version is not None else None, positions=positions)
         # Deleted nodes would otherwise stay for ever. The bound follows the cluster, not this
         # request: kube-scheduler sends a different window of ~40% of the nodes for each pod, and
         # a bound of twice the window made the class forget every node outside it.
         cluster = len(node_info) if node_info is not None else len(names)
-        if len(by_name) > 2 * max(cluster, len(names)) + 64:
+        if len(result_of) > 2 * max(cluster, len(names)) + 64:
             keep = node_info if node_info is not None else dict.fromkeys(names)
-            self.by_name = {name: entry for name, entry in by_name.items() if name in keep}
+            for name in [name for name in result_of if name not in keep]:
+                del node_of[name], info_of[name], result_of[name]
         return Lookup(names, infos, results, hits, changed, previous)
 
 

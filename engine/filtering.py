@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
+from operator import and_, attrgetter, not_
 from time import perf_counter
 from typing import Any
 
@@ -246,6 +247,9 @@ class Remembered:
     final_events: tuple[tuple[bool, RuleEvent], ...]
 
 
+_VERDICT, _TIMED, _REASON, _FINAL_EVENTS = attrgetter("verdict"), attrgetter("timed"), attrgetter("reason"), attrgetter("final_events")
+
+
 @dataclass(slots=True)
 class FilterView:
     """A class's filter answer derived from its remembered results, patched as nodes
@@ -260,10 +264,24 @@ class FilterView:
 
     @classmethod
     def build(cls, names: list[str], results: list[Remembered]) -> FilterView:
-        view = cls([False] * len(names), {}, {}, set(), set(), {})
-        for i, (name, r) in enumerate(zip(names, results)):
-            view.add(i, name, r)
-        return view
+        """The view of a whole list, assembled in C (map, compress, zip): kube-scheduler sends
+        each pod another window of names, so this runs on most requests."""
+        verdicts = list(map(_VERDICT, results))
+        plain = list(map(not_, map(_TIMED, results)))  # rules that read now decide the others per request
+        failing = list(map(and_, map(FAIL.__eq__, verdicts), plain))
+        unresolved = list(map(and_, map(UNRESOLVABLE.__eq__, verdicts), plain))
+        reasons = list(map(_REASON, results))
+        failed = dict(zip(compress(names, failing), compress(reasons, failing)))
+        unresolvable = dict(zip(compress(names, unresolved), compress(reasons, unresolved)))
+        positions = range(len(names))
+        return cls(
+            passing=list(map(and_, map(PASS.__eq__, verdicts), plain)),
+            failed=failed,
+            unresolvable=unresolvable,
+            timed=set(compress(positions, map(not_, plain))),
+            eventful=set(compress(positions, map(and_, map(bool, map(_FINAL_EVENTS, results)), plain))),
+            rejections=_count_rules(failed.values(), unresolvable.values()),
+        )
 
     def patched(self, names: list[str], results: list[Remembered], previous: Snapshot, changed: list[int]) -> FilterView:
         if any(previous.names[i] != names[i] for i in changed):

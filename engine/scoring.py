@@ -10,6 +10,8 @@ explained but never counted. With no score rule, every node scores 0.
 from __future__ import annotations
 
 import math
+from itertools import compress
+from operator import attrgetter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,7 @@ from .deadline import Deadline, Overdue
 from .nodeinfo import node_name, node_names
 from .policy import PolicySet, ScoreRule
 
+_SCORE, _ERRORS = attrgetter("score"), attrgetter("errors")
 MAX_EXTENDER_PRIORITY = 10
 RULE_MAX = 100
 
@@ -137,8 +140,9 @@ def score_nodes(
         if found.changed == [] and previous is not None and previous.derived is not None:
             scores, eventful = previous.derived  # nothing changed: the same answer
         else:
-            scores = {name: outcome.score for name, outcome in zip(found.names, found.results)}
-            eventful = [i for i, outcome in enumerate(found.results) if outcome.errors]
+            # In C (zip, map, compress): another window of names comes with nearly every pod.
+            scores = dict(zip(found.names, map(_SCORE, found.results)))
+            eventful = list(compress(range(len(found.results)), map(bool, map(_ERRORS, found.results))))
         assert table.snapshot is not None
         table.snapshot.derived = (scores, eventful)
         result.scores.update(scores)
