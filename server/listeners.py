@@ -229,10 +229,16 @@ class Listeners:
 
     async def serve(self) -> None:
         first, rest = self.servers[0], self.servers[1:]
-        followers = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(rest, self.sockets[1:])]
-        # The followers take requests only once the app's lifespan has started (in the first server).
+        leading = asyncio.create_task(first.serve(sockets=[self.sockets[0]]))
+        followers: list[asyncio.Task[None]] = []
         try:
-            await first.serve(sockets=[self.sockets[0]])
+            # The followers take requests only once the app's lifespan has run in the first
+            # server: before that, /readyz on the health listener would answer without a cache.
+            while not first.started and not leading.done():
+                await asyncio.sleep(0.01)
+            if not leading.done():
+                followers = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(rest, self.sockets[1:])]
+            await leading
         finally:
             for server in rest:
                 server.should_exit = True

@@ -214,3 +214,43 @@ def test_listening_sockets_are_tcp_so_responses_are_not_held_by_nagle() -> None:
     finally:
         for s in listeners.sockets:
             s.close()
+
+
+def test_the_other_listeners_answer_only_after_the_app_has_started() -> None:
+    import asyncio
+    import contextlib
+    import threading
+    from collections.abc import AsyncIterator
+
+    from server.listeners import Listeners
+
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0, health_port=_free())
+    app = create_app(settings)
+    go = threading.Event()
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def held(a: object) -> AsyncIterator[None]:
+        while not go.is_set():  # start-up that takes a while (the first list from the API server)
+            await asyncio.sleep(0.01)
+        async with inner(a):
+            yield
+
+    app.router.lifespan_context = held
+    listeners = Listeners(app, settings)
+    thread = threading.Thread(target=lambda: asyncio.run(listeners.serve()), daemon=True)
+    thread.start()
+    try:
+        health = listeners.urls()["health"]
+        with pytest.raises(httpx.TimeoutException):
+            httpx.get(health + "/readyz", timeout=0.5)  # accepted by the kernel, not answered yet
+        go.set()
+        deadline = time.monotonic() + 10
+        while not listeners.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert httpx.get(health + "/readyz", timeout=5).text == "ok"
+    finally:
+        go.set()
+        listeners.stop()
+        thread.join(timeout=10)
