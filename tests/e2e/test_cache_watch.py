@@ -17,20 +17,7 @@ import pytest
 
 from .conftest import Cluster, Kpe
 from .controlplane import ControlPlane, control_plane, wait_until
-
-# Rejects a node where a pod of the same team runs: the filter verb's answer shows
-# which pods (and which of their labels) kpe's nodeInfo holds for the node.
-ONE_PER_TEAM = """apiVersion: kpe.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: one-per-team}
-spec:
-  match: {podSelector: {matchExpressions: [{key: team, operator: Exists}]}}
-  filters:
-  - name: spread
-    expression: "!nodeInfo.pods.exists(p, p.metadata.?labels[?'team'].orValue('') == pod.metadata.labels['team'])"
-    message: a pod of this team already runs here
-"""
-
+from .policies import ONE_PER_TEAM
 
 def cached(kpe: Kpe, node: str) -> dict[str, Any] | None:
     """kpe's cached node and its nodeInfo summary (None when kpe does not know the node)."""

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from .controlplane import wait_until
 from .conftest import Cluster
+from .controlplane import wait_until
+from .policies import ONE_PER_TEAM
 
 ACCEL = """apiVersion: kpe.dev/v1alpha1
 kind: SchedulingPolicy
@@ -19,16 +20,6 @@ spec:
   - name: accelerated
     expression: "node.metadata.?labels[?'kpe.dev/accelerated'].orValue('') == 'true'"
     message: node is not accelerated{unresolvable}
-"""
-ONE_PER_TEAM = """apiVersion: kpe.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: one-per-team}
-spec:
-  match: {podSelector: {matchExpressions: [{key: team, operator: Exists}]}}
-  filters:
-  - name: spread
-    expression: "!nodeInfo.pods.exists(p, p.metadata.?labels[?'team'].orValue('') == pod.metadata.labels['team'])"
-    message: a pod of this team already runs here
 """
 
 VARIANTS = {
