@@ -14,11 +14,12 @@ statuses, written through the status subresource); the API server adds
 About 4 KiB of JSON per pod, printed.
 
 Before the pods exist, a kpe and a kube-scheduler are started on the nodes alone
-(the baseline). With the pods, kpe starts first (``kpe serve`` on the shipped
+(the baseline). With the pods, kpe runs alone first (``kpe serve`` on the shipped
 policies, plain HTTP, ``--cluster on``: its initial sync time is from its start
-to /readyz), then kube-scheduler (no extender, leader election off; until its
-/readyz). After both have synced and settled, VmRSS and VmHWM of each come from
-/proc/PID/status.
+to /readyz), then kube-scheduler alone (no extender, leader election off; until
+its /readyz). After each has synced and settled 5 s, VmRSS and VmHWM come from
+/proc/PID/status. ``--also-source DIR`` measures another kpe source tree the same
+way on the same cluster (before and after a change).
 """
 
 from __future__ import annotations
@@ -135,7 +136,10 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--pods", type=int, default=20000)
     ap.add_argument("--concurrency", type=int, default=16, help="concurrent creates (default 16)")
-    ap.add_argument("--settle", type=float, default=5, help="seconds to let both settle after syncing before reading RSS")
+    ap.add_argument("--settle", type=float, default=5, help="seconds to let each settle after syncing before reading RSS")
+    ap.add_argument("--also-source", action="append", default=[], metavar="DIR",
+                    help="also measure the kpe of this source tree (python -m server.cli with PYTHONPATH=DIR), e.g. an older "
+                         "commit from `git archive COMMIT | tar -x -C DIR`; repeatable")
     args = ap.parse_args()
     rc.skip_without_binaries()
     started = time.monotonic()
@@ -165,16 +169,19 @@ def main() -> int:
         json_bytes = sum(len(orjson.dumps({"apiVersion": "v1", "kind": "Pod", **p})) for p in sample) / len(sample)
         mf_bytes = sum(len(orjson.dumps(p["metadata"].get("managedFields", []))) for p in sample) / len(sample)
 
-        kpe, kpe_sync = rc.start_kpe(plane, workdir, name="kpe")
-        print(f"kpe synced in {kpe_sync:.1f} s", flush=True)
+        # kpe (and any --also-source) alone, then kube-scheduler alone: each one's sync is its own.
+        kpes: list[tuple[str, float, dict[str, int]]] = []
+        for label, source in [("kpe", None)] + [(f"kpe ({Path(d).name})", Path(d)) for d in args.also_source]:
+            kpe, sync = rc.start_kpe(plane, workdir, name=label.replace(" ", "_").strip("()"), source=source)
+            print(f"{label} synced in {sync:.1f} s", flush=True)
+            kpes.append((label, sync, settle(kpe.process.popen.pid, args.settle)))
+            m = rc.metrics(kpe.url)
+            cached_pods, cached_nodes = m("kpe_cache_objects", kind="pod"), m("kpe_cache_objects", kind="node")
+            kpe.stop()
         t0 = time.monotonic()
         scheduler = rc.start_scheduler(rc.scheduler_config(plane, None), workdir, name="kube-scheduler")
         sched_sync = time.monotonic() - t0
-        kpe_rss = settle(kpe.process.popen.pid, args.settle)
-        sched_rss = rc.rss(scheduler.popen.pid)
-        m = rc.metrics(kpe.url)
-        cached_pods, cached_nodes = m("kpe_cache_objects", kind="pod"), m("kpe_cache_objects", kind="node")
-        kpe.stop()
+        sched_rss = settle(scheduler.popen.pid, args.settle)
         scheduler.stop()
 
     print()
@@ -184,13 +191,13 @@ def main() -> int:
     print()
     print("| process | sync (start to /readyz) | VmRSS | VmHWM | VmRSS, nodes only | per pod |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for who, sync, now_, b in (("kube-scheduler", sched_sync, sched_rss, base["kube-scheduler"]),
-                               ("kpe", kpe_sync, kpe_rss, base["kpe"])):
+    for who, sync, now_, b in [("kube-scheduler", sched_sync, sched_rss, base["kube-scheduler"])] + [(k[0], k[1], k[2], base["kpe"]) for k in kpes]:
         per_pod = (now_["VmRSS"] - b["VmRSS"]) / args.pods
         print(f"| {who} | {sync:.1f} s | {mib(now_['VmRSS'])} | {mib(now_['VmHWM'])} | {mib(b['VmRSS'])} | "
               f"{per_pod / 1024:.1f} KiB ({per_pod / json_bytes:.1f}x the JSON) |")
-    print(f"| kpe / kube-scheduler | {kpe_sync / sched_sync:.1f}x | {kpe_rss['VmRSS'] / sched_rss['VmRSS']:.2f}x | "
-          f"{kpe_rss['VmHWM'] / sched_rss['VmHWM']:.2f}x | {base['kpe']['VmRSS'] / base['kube-scheduler']['VmRSS']:.2f}x | |")
+    for label, kpe_sync, kpe_rss in kpes:
+        print(f"| {label} / kube-scheduler | {kpe_sync / sched_sync:.1f}x | {kpe_rss['VmRSS'] / sched_rss['VmRSS']:.2f}x | "
+              f"{kpe_rss['VmHWM'] / sched_rss['VmHWM']:.2f}x | {base['kpe']['VmRSS'] / base['kube-scheduler']['VmRSS']:.2f}x | |")
     print()
     print(f"kpe on the nodes alone synced in {kpe_sync0:.1f} s; total {time.monotonic() - started:.0f} s")
     return 0

@@ -158,13 +158,20 @@ class Kpe:
 
 
 def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, name: str = "kpe",
-              extra: tuple[str, ...] = (), timeout: float = 600) -> tuple[Kpe, float]:
-    """``kpe serve`` on one plain-HTTP port with cluster access; returns it and the seconds from start to /readyz."""
+              extra: tuple[str, ...] = (), timeout: float = 600, source: Path | None = None) -> tuple[Kpe, float]:
+    """``kpe serve`` on one plain-HTTP port with cluster access; returns it and the seconds from start to /readyz.
+    ``source``: run the kpe of another source tree instead (``python -m server.cli`` there), e.g. an older commit
+    unpacked with ``git archive``."""
     port = free_port()
-    argv = [kpe_executable(), "serve", "--policies", str(policies), "--host", "127.0.0.1", "--port", str(port),
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [kpe_executable()]
+    if source is not None:
+        command = [sys.executable, "-m", "server.cli"]
+        env["PYTHONPATH"] = str(source)
+    argv = [*command, "serve", "--policies", str(policies), "--host", "127.0.0.1", "--port", str(port),
             "--cluster", "on", "--kubeconfig", str(plane.kpe_kubeconfig), "--log-level", "warning", *extra]
     t0 = time.monotonic()
-    process = start(name, argv, workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process = start(name, argv, workdir, env=env)
     kpe = Kpe(process, port)
 
     def ready() -> bool:
