@@ -222,3 +222,39 @@ def test_a_collector_turned_off_by_someone_else_stays_off_after_the_lists() -> N
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+READS_CACHED_PODS = """
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: reads-cached-pods}
+spec:
+  filters:
+  - name: few-of-my-app
+    expression: >-
+      nodeInfo.pods.filter(p, p.metadata.labels['app.kubernetes.io/name'] == 'checkout'
+        && p.status.phase == 'Running' && p.status.conditions.exists(c, c.type == 'Ready' && c.status == 'True')).size() < 2
+  - name: no-old-image
+    expression: "!nodeInfo.pods.exists(p, p.spec.containers[0].image.endsWith(':1.0.0'))"
+  scores:
+  - name: spread-namespaces
+    expression: "100 - nodeInfo.pods.map(p, p.metadata.namespace).filter(n, n == 'vision-prod').size() * 10"
+"""
+
+
+def test_decisions_over_trimmed_pods_equal_decisions_over_the_pods_as_sent() -> None:
+    from engine.filtering import filter_nodes
+    from engine.loader import load_text
+    from engine.nodeinfo import node_info_map
+
+    policies = load_text(READS_CACHED_PODS)
+    nodes = cluster.nodes(40)
+    sent = cluster.realistic_pods(nodes, 5)
+    trimmed = [trim(orjson.loads(orjson.dumps(p))) for p in sent]
+    pod = cluster.scheduling_pod(gpus=0)
+    full = filter_nodes(policies, pod, nodes, node_info=node_info_map(nodes, sent))
+    lean = filter_nodes(policies, pod, nodes, node_info=node_info_map(nodes, trimmed))
+    assert full.failed and full.passed, "the policy tells nodes apart"
+    assert (lean.passed, lean.failed, lean.unresolvable, lean.errors) == (full.passed, full.failed, full.unresolvable, full.errors)
+    assert node_info_map(nodes, trimmed) == {name: {**info, "pods": [without_managed_fields(p) for p in info["pods"]]}
+                                             for name, info in node_info_map(nodes, sent).items()}
