@@ -4,18 +4,14 @@ equal to what the API server sent; equal strings shared between objects."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import gc
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from server.cache import ClusterCache, trim
-from server.kube import ApiError
+from server.cache import trim
 from tests.fakeapi import FakeApiServer
 from tests.test_cache import api, cache_on, client_on, eventually, kubeconfig, node, pod, run  # noqa: F401 - fixtures
 
@@ -137,91 +133,6 @@ def test_many_decoded_pods_share_their_repeated_strings() -> None:
     assert len({id(p["metadata"]["namespace"]) for p in pods}) == len({p["metadata"]["namespace"] for p in pods}) == 4
     assert len({id(p["spec"]["nodeName"]) for p in pods}) == 4
     assert len({id(p["spec"]["containers"][0]["image"]) for p in pods}) == len({p["spec"]["containers"][0]["image"] for p in pods})
-
-
-class ListingClient:
-    """A client whose lists wait for the test's word, noting whether the cyclic collector ran
-    meanwhile, and whose watches stay quiet."""
-
-    def __init__(self, fail: tuple[str, ...] = ()) -> None:
-        self.release = {"/api/v1/nodes": asyncio.Event(), "/api/v1/pods": asyncio.Event()}
-        self.collector_during: dict[str, bool] = {}
-        self.fail = set(fail)
-
-    async def list_all(self, path: str, *, page_size: int = 500, transform: Any = None) -> tuple[list[dict[str, Any]], str]:
-        await self.release[path].wait()
-        self.collector_during[path] = gc.isenabled()
-        if path in self.fail:
-            self.fail.discard(path)
-            raise ApiError(500, "InternalError", "try again")
-        item = node("node-1") if path.endswith("nodes") else pod("web", nodeName="node-1")
-        return [transform(item) if transform else item], "7"
-
-    async def watch(self, path: str, **_: Any) -> AsyncIterator[dict[str, Any]]:
-        await asyncio.sleep(3600)
-        yield {}
-
-
-async def listing(client: ListingClient, check: Callable[[ClusterCache], Awaitable[None]]) -> None:
-    cache = ClusterCache(client, backoff_max=0.01)  # type: ignore[arg-type]
-    stop = asyncio.Event()
-    task = asyncio.create_task(cache.run(stop))
-    try:
-        await check(cache)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 5)
-
-
-def test_the_cyclic_collector_is_off_while_lists_run_and_on_again_when_the_last_ends() -> None:
-    client = ListingClient()
-
-    async def check(cache: ClusterCache) -> None:
-        await asyncio.sleep(0.05)
-        assert not gc.isenabled(), "off while both lists wait for the API server"
-        client.release["/api/v1/nodes"].set()
-        await eventually(lambda: "/api/v1/nodes" in client.collector_during, what="the node list")
-        await asyncio.sleep(0.05)
-        assert not gc.isenabled(), "the pod list still runs"
-        client.release["/api/v1/pods"].set()
-        await asyncio.wait_for(cache.synced.wait(), 3)
-        assert gc.isenabled()
-        assert client.collector_during == {"/api/v1/nodes": False, "/api/v1/pods": False}
-        assert len(cache.pods()) == 1 and len(cache.nodes()) == 1
-
-    assert gc.isenabled()
-    run(lambda: listing(client, check))
-    assert gc.isenabled()
-
-
-def test_a_failed_list_turns_the_collector_back_on() -> None:
-    client = ListingClient(fail=("/api/v1/nodes", "/api/v1/pods"))
-    for event in client.release.values():
-        event.set()
-
-    async def check(cache: ClusterCache) -> None:
-        await asyncio.wait_for(cache.synced.wait(), 3)  # each informer failed once, then listed
-        assert gc.isenabled() and not client.fail
-
-    run(lambda: listing(client, check))
-    assert gc.isenabled()
-
-
-def test_a_collector_turned_off_by_someone_else_stays_off_after_the_lists() -> None:
-    client = ListingClient()
-    for event in client.release.values():
-        event.set()
-
-    async def check(cache: ClusterCache) -> None:
-        await asyncio.wait_for(cache.synced.wait(), 3)
-        assert not gc.isenabled()
-
-    gc.disable()
-    try:
-        run(lambda: listing(client, check))
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
 
 
 READS_CACHED_PODS = """
