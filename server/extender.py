@@ -33,7 +33,6 @@ from .wire import (
     decode_extender_args,
     decode_pod,
     decode_preemption_args,
-    field_ci,
     filter_result,
     host_priority_list,
     preemption_result,
