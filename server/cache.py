@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from engine.admission import held_by_kpe
 from engine.equivalence import TrackedNodeInfo
 from engine.nodeinfo import NodeInfoAccumulator, is_active, pod_key
 
@@ -96,6 +97,9 @@ class ClusterCache:
         self._informers = {"node": _Informer("node", "/api/v1/nodes"), "pod": _Informer("pod", "/api/v1/pods")}
         self._subscribers: list[asyncio.Event] = []
         self.synced = asyncio.Event()
+        # Keys of the unbound pods that hold one of kpe's gates, kept as events arrive, so the
+        # gate controller costs nothing while no pod waits at a gate (it would scan every pod).
+        self.gated: set[str] = set()
 
     # --- reading -------------------------------------------------------------
 
@@ -321,6 +325,10 @@ class ClusterCache:
         else:
             self._pods[key] = obj
             self._place(key, obj)
+            if not (obj.get("spec") or {}).get("nodeName") and held_by_kpe(obj):
+                self.gated.add(key)
+            else:
+                self.gated.discard(key)
         self._notify_callback(kind, event_type, obj)
 
     def _delete(self, kind: str, obj: Obj) -> None:
@@ -332,6 +340,7 @@ class ClusterCache:
         else:
             gone = self._pods.pop(key, None)
             self._place(key, None)
+            self.gated.discard(key)
         if gone is not None:
             self._notify_callback(kind, "DELETED", obj)
 

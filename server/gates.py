@@ -104,6 +104,10 @@ class GateController:
         Each decision sees the pods released before it in this pass, so a burst of
         pods judged together cannot all fit into the same free quota."""
         policy_set = self.state.store.current
+        cache = self.state.cache
+        assert cache is not None
+        if not cache.gated and not self.held and not self.unseen_releases:
+            return 0  # nobody waits at a gate: no pass over every pod
         view = self.view()
         lifted = 0
         seen: set[str] = set()

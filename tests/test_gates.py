@@ -135,3 +135,42 @@ def test_a_replica_that_loses_the_lease_stops_reporting_the_pods_it_held(tmp_pat
         metrics = httpx.get(url + "/metrics").text
         assert 'kpe_gated_pods{policy="ml-quota"} 0.0' in metrics and "kpe_gate_controller_leader 0.0" in metrics
         assert c.gates("waiting") == ["example.com/ml-quota"]
+
+
+def test_a_pass_with_no_pod_at_a_gate_does_not_scan_the_cached_pods(tmp_path: Path) -> None:
+    import asyncio
+
+    from server.cache import ClusterCache
+    from server.gates import GateController
+    from server.policystore import PolicyStore
+    from server.state import ServerState
+
+    (tmp_path / "policy.yaml").write_text(
+        "apiVersion: kpe.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: hold}\nspec:\n"
+        "  admission: {gate: kpe.dev/hold, expression: 'false', message: held}\n"
+    )
+    store = PolicyStore(str(tmp_path / "policy.yaml"))
+    store.load_initial()
+    state = ServerState(settings=Settings(policies=str(tmp_path / "policy.yaml"), cluster="off"), store=store)
+    cache = ClusterCache(client=None)  # type: ignore[arg-type]  # filled by hand; nothing is listed
+    state.cache = cache
+    scans: list[int] = []
+    listed = cache.pods
+
+    def counted() -> list[dict[str, Any]]:
+        scans.append(1)
+        return listed()
+
+    cache.pods = counted  # type: ignore[method-assign]
+    for i in range(50):
+        cache._upsert("pod", {"metadata": {"name": f"running-{i}", "namespace": "demo", "uid": f"u{i}"}, "spec": {"nodeName": "n1"}}, "ADDED")
+    controller = GateController(state, resync_s=30, debounce_s=0)
+    assert asyncio.run(controller.reconcile()) == 0 and scans == []
+    gated: dict[str, Any] = {"metadata": {"name": "waiting", "namespace": "demo", "uid": "w", "annotations": {"kpe.dev/gates": "kpe.dev/hold"}},
+                             "spec": {"schedulingGates": [{"name": "kpe.dev/hold"}]}}
+    cache._upsert("pod", gated, "ADDED")
+    assert cache.gated == {"w"}
+    asyncio.run(controller.reconcile())
+    assert scans, "a pod waits at a gate: the pass looks at the pods"
+    cache._delete("pod", gated)
+    assert cache.gated == set()
