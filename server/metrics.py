@@ -5,6 +5,7 @@ in one process (tests, replicas in a benchmark) do not share counters."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -25,6 +26,7 @@ class Metrics:
             "kpe_request_nodes", "Nodes per filter/prioritize request", ["verb"], buckets=(1, 10, 100, 500, 1000, 2000, 5000, 10000), registry=r
         )
         self.evaluations = Counter("kpe_rule_evaluations_total", "Rule evaluations per policy and rule", ["policy", "rule", "kind"], registry=r)
+        self._evaluation_children: dict[tuple[str, str, str], Any] = {}
         self.errors = Counter("kpe_rule_errors_total", "Rule evaluation errors per policy and rule", ["policy", "rule", "kind"], registry=r)
         self.audit = Counter(
             "kpe_audit_would_reject_total", "Audit-mode rules that would have rejected a node, gate or victim", ["policy", "rule", "kind"], registry=r
@@ -77,9 +79,15 @@ class Metrics:
         self.policies.set(policies)
 
     def count_rules(self, kind: str, evaluations: Iterable[tuple[str, str, int]], errors: Iterable[RuleEvent], audit: Iterable[RuleEvent]) -> None:
+        children = self._evaluation_children
         for policy, rule, n in evaluations:
             if n:
-                self.evaluations.labels(policy, rule, kind).inc(n)
+                # labels() validates and looks up its arguments on every call; each request
+                # counts every rule of every matching policy, so the children are kept.
+                child = children.get((policy, rule, kind))
+                if child is None:
+                    child = children[(policy, rule, kind)] = self.evaluations.labels(policy, rule, kind)
+                child.inc(n)
         for e in errors:
             self.errors.labels(e.policy, e.rule, kind).inc()
         for e in audit:
