@@ -125,8 +125,11 @@ class ClassMemo:
         # gives them the same values (rules that read now are bound per request).
         self.bound: Any = None
 
-    def lookup(self, nodes: Sequence[Any], node_info: Mapping[str, Any] | None, missing: Any, compute: Callable[[Any, Any, str], Any]) -> Lookup:
-        """Each node's result, in order (``compute(node, info, name)`` for the ones not remembered)."""
+    def lookup(
+        self, nodes: Sequence[Any], node_info: Mapping[str, Any] | None, missing: Any, compute: Callable[[Any, Any, str], Any], *, names: list[str] | None = None
+    ) -> Lookup:
+        """Each node's result, in order (``compute(node, info, name)`` for the ones not remembered).
+        ``names``, when the caller has them (the request's node names), are the nodes' names in order."""
         previous = self.snapshot
         changed: list[int] | None = None
         version = node_info.version if isinstance(node_info, TrackedNodeInfo) else None
@@ -175,7 +178,7 @@ class ClassMemo:
         else:
             # Another list of names (kube-scheduler sends each pod a different window): compare
             # every node's objects with those its result came from, in C, and compute the stale.
-            names = node_names(nodes)
+            names = names if names is not None else node_names(nodes)
             infos = _infos(node_info, names, missing)
             results = list(map(self.result_of.get, names))
             fresh = map(and_, map(is_, map(self.node_of.get, names), nodes), map(is_, map(self.info_of.get, names), infos))

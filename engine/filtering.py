@@ -79,11 +79,13 @@ def filter_nodes(
     explain: bool = False,
     memo: EquivalenceCache | None = None,
     deadline: Deadline | None = None,
+    names: list[str] | None = None,
 ) -> FilterResult:
     """Split ``nodes`` into passing, failed and unresolvable for ``pod``.
 
     Past ``deadline``, the nodes not evaluated yet are answered under each
-    policy's failurePolicy (see ``engine.deadline``).
+    policy's failurePolicy (see ``engine.deadline``). ``names``, when given, are
+    the nodes' names in order (the request's own, which saves reading them back).
 
     With ``memo``, per-node results of rules that do not read ``now`` are kept
     for the pod's equivalence class and reused while the node and its
@@ -101,7 +103,7 @@ def filter_nodes(
     table = None if explain or memo is None else memo.table(generation=policy_set.generation, verb="filter", scopes=scopes, pod=pod)
     if table is not None and memo is not None:
         try:
-            _memoized(result, ordered, counts, nodes, node_info, table, lambda scope: memo.reads(scope.policy), deadline)
+            _memoized(result, ordered, counts, nodes, node_info, table, lambda scope: memo.reads(scope.policy), deadline, names)
         except Overdue:
             # What was computed is remembered for the next request of this class; this one
             # answers every node as overdue rather than assemble a partial view.
@@ -322,6 +324,7 @@ def _memoized(
     memo: ClassMemo,
     reads: Callable[[PolicyScope], PolicyReads],
     deadline: Deadline | None = None,
+    names: list[str] | None = None,
 ) -> None:
     """The fast path's verdicts from remembered results. Rules that read ``now`` run
     per request, in plan order around the remembered ones, so the first rejecting
@@ -345,7 +348,7 @@ def _memoized(
         plan, guards = memo.bound
         return _remember(plan, timed, guards, enforced, counts, node, info, name)
 
-    found = memo.lookup(nodes, node_info, NO_NODE_INFO, remember)
+    found = memo.lookup(nodes, node_info, NO_NODE_INFO, remember, names=names)
     names, results, previous = found.names, found.results, found.previous
     result.memo_hits += found.hits
     result.memo_misses += len(names) - found.hits

@@ -98,6 +98,7 @@ def score_nodes(
     explain: bool = False,
     memo: EquivalenceCache | None = None,
     deadline: Deadline | None = None,
+    names: list[str] | None = None,
 ) -> ScoreResult:
     """Score ``nodes`` for ``pod``. With ``memo`` (and no score rule reading ``now``),
     a node's score is reused for pods of the same equivalence class while the node
@@ -128,7 +129,7 @@ def score_nodes(
 
     if table is not None:
         try:
-            found = table.lookup(nodes, node_info, NO_NODE_INFO, scored)
+            found = table.lookup(nodes, node_info, NO_NODE_INFO, scored, names=names)
         except Overdue:
             # Past the deadline a rule counts as failed to evaluate: 0, or left out of the mean.
             result.scores = dict.fromkeys(node_names(nodes), 0)

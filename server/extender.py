@@ -166,8 +166,10 @@ async def handle_filter(request: Request, state: ServerState) -> Response:
     state.metrics.nodes_per_request.labels("filter").observe(len(nodes) + len(failed))
     # Only cached nodes can be remembered: they are the same objects until the cache replaces them.
     memo = state.equivalence if args.nodes is None else None
+    # The request's names are the resolved nodes' names when the cache knew them all.
+    names = args.node_names if args.nodes is None and not failed else None
     deadline = request.state.deadline
-    result = await state.worker.run(lambda: filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline))
+    result = await state.worker.run(lambda: filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names))
     state.count_overdue("filter", result.overdue)
     state.count_equivalence("filter", result.memo_hits, result.memo_misses)
     if failed:
@@ -219,8 +221,9 @@ async def handle_prioritize(request: Request, state: ServerState) -> Response:
         nodes, _unknown = state.resolve_nodes(order, "prioritize")
     state.metrics.nodes_per_request.labels("prioritize").observe(len(order))
     memo = state.equivalence if args.nodes is None else None
+    names = order if args.nodes is None and len(nodes) == len(order) else None  # every name resolved
     deadline = request.state.deadline
-    result = await state.worker.run(lambda: score_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline))
+    result = await state.worker.run(lambda: score_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names))
     state.count_overdue("prioritize", result.overdue)
     state.count_equivalence("prioritize", result.memo_hits, result.memo_misses)
     state.metrics.count_rules("score", result.rule_counts, result.errors, [])

@@ -126,6 +126,9 @@ def same_filter(policies: PolicySet, pod: dict[str, Any], nodes: list[dict[str, 
     assert events(remembered) == events(full)
     assert audits(remembered) == audits(full)
     assert remembered.rejections == full.rejections and sum(full.rejections.values()) == len(full.failed) + len(full.unresolvable)
+    # The server passes the request's own names along; the answer must not change.
+    named = filter_nodes(policies, pod, nodes, node_info=info, now=now, memo=memo, names=[n["metadata"]["name"] for n in nodes])
+    assert (named.passed, named.failed, named.unresolvable, events(named), audits(named)) == (full.passed, full.failed, full.unresolvable, events(full), audits(full))
     return remembered
 
 
