@@ -45,35 +45,11 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import realcluster as rc  # noqa: E402
+from server_bench import FLOOR_APP  # noqa: E402 - the same do-nothing extender: Starlette, uvicorn, orjson
 
 NAMESPACE = "batch"  # bin-packing scores pods here
 
-FLOOR_APP = '''
-import orjson
-from starlette.applications import Starlette
-from starlette.responses import Response
-from starlette.routing import Route
 
-async def filter_(request):
-    body = orjson.loads(await request.body())
-    if body.get("NodeNames") is not None:
-        answer = {"NodeNames": body["NodeNames"], "FailedNodes": {}, "Error": ""}
-    else:
-        answer = {"Nodes": body["Nodes"], "NodeNames": None, "FailedNodes": {}, "Error": ""}
-    return Response(orjson.dumps(answer), media_type="application/json")
-
-async def prioritize(request):
-    body = orjson.loads(await request.body())
-    names = body.get("NodeNames") or [n["metadata"]["name"] for n in body["Nodes"]["items"]]
-    return Response(orjson.dumps([{"Host": n, "Score": 0} for n in names]), media_type="application/json")
-
-async def health(request):
-    return Response(b"ok")
-
-app = Starlette(routes=[Route("/scheduler/filter", filter_, methods=["POST"]),
-                        Route("/scheduler/prioritize", prioritize, methods=["POST"]),
-                        Route("/healthz", health)])
-'''
 
 # Four "Deployments": what the shipped policies read differs between them (team, zone label).
 TEMPLATES = [

@@ -51,7 +51,12 @@ async def prioritize(request):
     names = body.get("NodeNames") or [n["metadata"]["name"] for n in body["Nodes"]["items"]]
     return Response(orjson.dumps([{"Host": n, "Score": 0} for n in names]), media_type="application/json")
 
-app = Starlette(routes=[Route("/scheduler/filter", filter_, methods=["POST"]), Route("/scheduler/prioritize", prioritize, methods=["POST"])])
+async def health(request):
+    return Response(b"ok")
+
+app = Starlette(routes=[Route("/scheduler/filter", filter_, methods=["POST"]),
+                        Route("/scheduler/prioritize", prioritize, methods=["POST"]),
+                        Route("/healthz", health)])
 '''
 
 
