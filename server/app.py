@@ -121,13 +121,15 @@ async def _json_http_error(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings, *, store: PolicyStore | None = None, client: Any = None, connect: bool = True) -> Starlette:
     """The kpe app. ``client`` injects a Kubernetes client (tests); otherwise the
     lifespan connects according to ``settings.cluster`` unless ``connect`` is False."""
-    store = store or PolicyStore(settings.policies, cost_limits=CostLimits(settings.cel_cost_limit, settings.cel_admission_cost_limit))
+    store = store or PolicyStore(
+        settings.policies, allow_empty=settings.allow_empty_policies, cost_limits=CostLimits(settings.cel_cost_limit, settings.cel_admission_cost_limit)
+    )
     if not store.ready:
         store.load_initial()
     state = ServerState(
         settings=settings,
         store=store,
-        decisions=DecisionLog(settings.decision_log_size),
+        decisions=DecisionLog(settings.decision_log_size, settings.decision_log_bytes),
         client=client,
         equivalence=EquivalenceCache(classes=settings.equivalence_classes),
         certificate=ServingCertificate(settings.tls_cert, settings.tls_key) if settings.tls else None,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from engine.compiler import CostLimits
 from engine.errors import PolicyError, PolicyLoadError
-from engine.loader import discover, empty_set_error, load
+from engine.loader import discover, load
 from engine.policy import PolicySet
 
 log = logging.getLogger("kpe.policies")
@@ -36,11 +36,8 @@ Snapshot = tuple[tuple[str, str, int, int], ...]
 
 
 class PolicyStore:
-    """``allow_empty``: whether a path with no policies may serve (``--allow-empty-policies``).
-    ``None`` means not decided yet: ``create_app`` builds the store before the server state
-    that carries the settings, so the first load accepts an empty set and
-    ``require_policies`` (called with the setting when the state is made) refuses it then;
-    reloads refuse one unless ``allow_empty`` is True.
+    """``allow_empty``: whether a path with no policies may serve (``--allow-empty-policies``);
+    otherwise the first load and every reload refuse an empty set (KPE402).
 
     Before a reload the files must hold still: ``stable_checks`` looks at their sizes and
     modification times, ``stable_interval_s`` apart, until two looks agree (``sleep`` is
@@ -50,7 +47,7 @@ class PolicyStore:
         self,
         path: str,
         *,
-        allow_empty: bool | None = None,
+        allow_empty: bool = False,
         cost_limits: CostLimits | None = None,
         stable_interval_s: float = 0.1,
         stable_checks: int = 20,
@@ -80,18 +77,11 @@ class PolicyStore:
 
     def load_initial(self) -> PolicySet:
         """The first load: errors here stop start-up (there is nothing to fall back to)."""
-        policy_set = load([self.path], allow_empty=self.allow_empty is not False, cost_limits=self.cost_limits)
+        policy_set = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits)
         self._current = policy_set
         self.last = LoadOutcome(True, policy_set.generation)
-        if len(policy_set) or self.allow_empty:  # else require_policies decides, and says so
-            log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.path})
+        log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.path})
         return policy_set
-
-    def require_policies(self, allow_empty: bool) -> None:
-        """Settle ``allow_empty``; raise ``PolicyLoadError`` (KPE402) if the set serving now is empty and that is not allowed."""
-        self.allow_empty = allow_empty
-        if not allow_empty and self._current is not None and not len(self._current):
-            raise PolicyLoadError([empty_set_error([self.path], len(self._current.files))])
 
     def snapshot(self) -> Snapshot | None:
         """What the policy files look like now (name, target, size, mtime); None while they are moving under us."""
@@ -124,7 +114,7 @@ class PolicyStore:
         if not self.wait_until_stable():
             log.warning("policy files still changing after %d checks; loading them as they are", self.stable_checks, extra={"path": self.path})
         try:
-            candidate = load([self.path], allow_empty=self.allow_empty is True, cost_limits=self.cost_limits)
+            candidate = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits)
         except PolicyLoadError as exc:
             self.reloads["failure"] += 1
             generation = previous.generation if previous else ""

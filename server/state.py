@@ -41,12 +41,6 @@ class ServerState:
     worker: Worker = field(default_factory=Worker)  # runs the decisions off the event loop
     requeue: Requeuer | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
 
-    def __post_init__(self) -> None:
-        # The settings that the store and the decision log are built without (create_app
-        # makes both first): an empty policy set is refused here, PolicyLoadError, unless allowed.
-        self.decisions.max_bytes = self.settings.decision_log_bytes
-        self.store.require_policies(self.settings.allow_empty_policies)
-
     def node_info(self) -> Mapping[str, Any] | None:
         return self.cache.node_info if self.cache is not None else None
 
