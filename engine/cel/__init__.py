@@ -31,9 +31,10 @@ from .limits import MAX_LIST_SIZE, MAX_STRING_SIZE, SizeLimitError
 from .program import DEFAULT_COST_LIMIT, Program
 from .values import CelType, Optional, UInt
 
-# Core CEL, the extensions Kubernetes enables, and Kubernetes' own libraries.
+# Core CEL, the extensions Kubernetes enables, Kubernetes' own libraries, and kpe's
+# Kubernetes helpers (kube.*: what kube-scheduler computes about pods and nodes).
 LIBRARY_MODULES = (
-    "runtime", "strings", "conversions", "timestamps", "regex", "lists", "quantity", "semver", "network", "urls",
+    "runtime", "strings", "conversions", "timestamps", "regex", "lists", "quantity", "semver", "network", "urls", "kube",
 )
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from . import ast
@@ -333,10 +334,14 @@ class _Estimator:
 
     # -- calls -----------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> _Part:
-        target = self.visit(node.target) if node.target is not None else None
+        name = node.function
+        target_node = node.target
+        if isinstance(target_node, ast.Ident) and self.lookup(target_node.name) is None and target_node.name.lstrip(".") in _namespaces():
+            # A namespaced function (`strings.quote(s)`, `kube.podRequests(pod)`): a global call.
+            name, target_node = f"{target_node.name.lstrip('.')}.{name}", None
+        target = self.visit(target_node) if target_node is not None else None
         args = [self.visit(a) for a in node.args]
         parts = ([target] if target is not None else []) + args
-        name = node.function
         # Receiver-style and global forms read the same: the string or list first.
         subject = target if target is not None else (args[0] if args else None)
         rest = args if target is not None else args[1:]
@@ -391,6 +396,8 @@ class _Estimator:
         elif name == "strings.quote":
             shape = string(2 * s.chars + 2)
             extra = scan_units(shape.chars)
+        elif name in _KUBE:
+            extra, shape, inner = _KUBE[name]([a.shape for a in args])
         elif name in ("orValue", "or", "optional.of", "optional.ofNonZeroValue", "value", "dyn"):
             shape = parts[0].shape
             for p in parts[1:]:
@@ -434,6 +441,72 @@ class _Estimator:
             shape = Shape("list", items=n, item=item)
         total = rng.cost + n * step
         return _Part(total, shape, why if n * step >= rng.cost else rng.why)
+
+
+@lru_cache(maxsize=1)
+def _namespaces() -> frozenset[str]:
+    """The qualifiers of the library's namespaced functions (late: the library imports this package)."""
+    from . import default_library
+
+    return default_library().namespaces
+
+
+# -- kpe's Kubernetes helpers (kube.py): one unit per item they visit, as their run-time COSTS charge.
+
+
+def _arg(shapes: list[Shape], i: int) -> Shape:
+    return shapes[i] if i < len(shapes) else GENERIC
+
+
+def _kube_pod_requests(shapes: list[Shape]) -> tuple[int, Shape, str]:
+    spec = _arg(shapes, 0).field("spec")
+    n = spec.field("containers").items + spec.field("initContainers").items
+    shape = SCALAR if len(shapes) > 1 else Shape("map", items=DEFAULT_LIST, item=SCALAR, key=string(LABEL_KEY_CHARS))
+    return n, shape, f"kube.podRequests() over up to {n:,} containers"
+
+
+def _kube_tolerations(shapes: list[Shape]) -> tuple[int, Shape, str]:
+    n = _arg(shapes, 0).field("spec").field("tolerations").items
+    return n, SCALAR, f"kube.podToleratesTaint() over up to {n:,} tolerations"
+
+
+def _kube_taints(name: str) -> Callable[[list[Shape]], tuple[int, Shape, str]]:
+    def estimate(shapes: list[Shape]) -> tuple[int, Shape, str]:
+        tolerations = _arg(shapes, 0).field("spec").field("tolerations").items
+        taints = _arg(shapes, 1).field("spec").field("taints")
+        n = tolerations * taints.items
+        shape = Shape("list", items=taints.items, item=taints.element()) if name == "kube.untoleratedTaints" else SCALAR
+        return n, shape, f"{name}() over up to {tolerations:,} tolerations x {taints.items:,} taints"
+
+    return estimate
+
+
+def _terms(selector: Shape) -> int:
+    terms = selector.field("nodeSelectorTerms")
+    term = terms.element()
+    return terms.items * (1 + term.field("matchExpressions").items + term.field("matchFields").items)
+
+
+def _kube_node_selector(shapes: list[Shape]) -> tuple[int, Shape, str]:
+    n = _terms(_arg(shapes, 0))
+    return n, SCALAR, f"kube.nodeSelectorMatches() over up to {n:,} selector terms and requirements"
+
+
+def _kube_affinity(shapes: list[Shape]) -> tuple[int, Shape, str]:
+    spec = _arg(shapes, 0).field("spec")
+    required = spec.field("affinity").field("nodeAffinity").field("requiredDuringSchedulingIgnoredDuringExecution")
+    n = spec.field("nodeSelector").items + _terms(required)
+    return n, SCALAR, f"kube.podNodeAffinityMatches() over up to {n:,} selector labels, terms and requirements"
+
+
+_KUBE: dict[str, Callable[[list[Shape]], tuple[int, Shape, str]]] = {
+    "kube.podRequests": _kube_pod_requests,
+    "kube.podToleratesTaint": _kube_tolerations,
+    "kube.untoleratedTaints": _kube_taints("kube.untoleratedTaints"),
+    "kube.podToleratesNodeTaints": _kube_taints("kube.podToleratesNodeTaints"),
+    "kube.nodeSelectorMatches": _kube_node_selector,
+    "kube.podNodeAffinityMatches": _kube_affinity,
+}
 
 
 def _result_shape(name: str, parts: list[_Part]) -> Shape:

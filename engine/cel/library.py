@@ -52,6 +52,11 @@ class Library:
             self.costs.update(getattr(module, "COSTS", {}))
             self.budgeted.update(getattr(module, "BUDGETED", {}))
 
+    @property
+    def namespaces(self) -> frozenset[str]:
+        """The qualifiers of namespaced functions (``strings`` of ``strings.quote``, ``kube``...)."""
+        return frozenset(name.split(".", 1)[0] for name in self.functions if "." in name)
+
     def charged(self, name: str, *, method: bool) -> Function | None:
         """``impl(budget, exceeded, *args)`` for a function that spends the run-time
         budget (``None`` for one that does not): it charges, then calls."""

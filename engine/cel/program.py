@@ -54,7 +54,12 @@ class Program:
         self.cost_limit = cost_limit
         self._library = library
         self.root = root if root is not None else parse(text)
-        self.free_variables = frozenset(v for v in ast.free_variables(self.root) if v.lstrip(".") not in TYPE_IDENTS)
+        # The namespace of a qualified function (`kube` in `kube.podRequests(pod)`) reads as an
+        # identifier but is none: left out, unless a variable of that name is declared.
+        self._namespaces = library.namespaces - set(self.variables)
+        self.free_variables = frozenset(
+            v for v in ast.free_variables(self.root) if v.lstrip(".") not in TYPE_IDENTS and v.lstrip(".") not in self._namespaces
+        )
         self._variants: dict[tuple[frozenset[str], frozenset[int]], Callable[..., Any]] = {}
         self._preludes: dict[frozenset[str], tuple[list[ast.Node], Callable[..., list[Any]]]] = {}
         self._lock = threading.Lock()
@@ -100,7 +105,7 @@ class Program:
         cached = self._preludes.get(bound)
         if cached is not None:
             return cached
-        candidates = hoisting_candidates(self.root, bound, self.variables)
+        candidates = hoisting_candidates(self.root, bound, self.variables, namespaces=self._namespaces)
         ns = self._namespace()
         lines = [f"def _prelude({', '.join(self._params(self._ordered(bound)))}):", "    _out = []"]
         for i, node in enumerate(candidates):
@@ -161,8 +166,12 @@ def _indent(source: str) -> str:
     return "\n".join("    " + line if line else line for line in source.split("\n"))
 
 
-def hoisting_candidates(root: ast.Node, bound: frozenset[str], declared: Iterable[str]) -> list[ast.Node]:
-    """Maximal sub-trees that read only ``bound`` variables (or none) and are worth computing ahead."""
+def hoisting_candidates(
+    root: ast.Node, bound: frozenset[str], declared: Iterable[str], *, namespaces: frozenset[str] = frozenset()
+) -> list[ast.Node]:
+    """Maximal sub-trees that read only ``bound`` variables (or none) and are worth computing ahead.
+    ``namespaces`` are the qualifiers of library functions (``kube``, ``strings``), which a
+    sub-tree may name without reading anything."""
     declared_set = set(declared)
     out: list[ast.Node] = []
 
@@ -171,7 +180,7 @@ def hoisting_candidates(root: ast.Node, bound: frozenset[str], declared: Iterabl
         if free & scope:
             return False
         names = {n.lstrip(".") for n in free}
-        return all(n in bound or (n in TYPE_IDENTS and n not in declared_set) for n in names)
+        return all(n in bound or ((n in TYPE_IDENTS or n in namespaces) and n not in declared_set) for n in names)
 
     def visit(node: ast.Node, scope: frozenset[str]) -> None:
         if isinstance(node, (ast.Literal, ast.Ident)):
