@@ -151,7 +151,9 @@ def load(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False, 
     if errors:
         raise PolicyLoadError(errors)
     ordered = tuple(sorted(policies, key=lambda p: p.name))
-    return PolicySet(ordered, generation_of(ordered), tuple(str(f) for f in files))
+    policy_set = PolicySet(ordered, generation_of(ordered), tuple(str(f) for f in files))
+    _ = policy_set.pod_projection  # computed with the set, not by the first request that needs it
+    return policy_set
 
 
 def load_text(text: str, *, file: str = "<inline>", cost_limits: CostLimits | None = None) -> PolicySet:
@@ -162,4 +164,6 @@ def load_text(text: str, *, file: str = "<inline>", cost_limits: CostLimits | No
     if errors:
         raise PolicyLoadError(errors)
     ordered = tuple(sorted(policies, key=lambda p: p.name))
-    return PolicySet(ordered, generation_of(ordered), (file,))
+    policy_set = PolicySet(ordered, generation_of(ordered), (file,))
+    _ = policy_set.pod_projection
+    return policy_set

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import cel
 from .errors import Location
 from .selectors import LabelSelector
+
+if TYPE_CHECKING:
+    from .projection import Projection
 
 # What each kind of expression may read. Variables that read `node` or
 # `nodeInfo` are node-scoped; every other variable is pod-scoped.
@@ -149,3 +152,12 @@ class PolicySet:
     def gates(self) -> dict[str, Policy]:
         """Gate name -> the policy that owns it (computed once; the set never changes)."""
         return {p.admission.gate: p for p in self.policies if p.admission is not None}
+
+    @cached_property
+    def pod_projection(self) -> Projection:
+        """What kpe's cache keeps of the pods bound to nodes under this set: the fields its
+        expressions can read of other pods and those kpe reads itself (``engine.projection``).
+        The loader computes it with the set; it never changes."""
+        from .projection import pod_projection
+
+        return pod_projection(self)

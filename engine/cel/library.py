@@ -17,6 +17,18 @@ Each library module (``strings``, ``timestamps``, ``quantity``, ...) exports:
 ``BUDGETED: dict[str, Callable[..., object]]`` (optional)
     implementations that charge the budget themselves while they work, called as
     ``impl(budget, exceeded, *args)`` (``findAll``, which charges per result).
+``READS: dict[str, tuple[Paths | None, ...]]`` (optional)
+    for functions that take a Kubernetes object (a pod) and read only some of its
+    fields: per argument (the receiver first for methods), the field paths the
+    function reads of it, or ``None`` for an argument it reads whole. A path is a
+    tuple of field names (or one string of them joined with dots); lists are
+    transparent, so ``("spec", "containers", "resources", "requests")`` is that
+    of every container. kpe's cache keeps only what policies read of the pods
+    bound to nodes (``engine.projection``): a call to a function with no entry
+    keeps each of its arguments whole, which is always correct; an entry lets
+    the cache drop the rest. It must list everything the function looks at,
+    presence included, and the function must not return (part of) an argument:
+    its result is taken to be a new value.
 
 Implementations take plain run-time values (see ``values``), raise
 ``EvalError`` subclasses with CEL-style messages for bad input, and
@@ -33,6 +45,8 @@ from typing import Any
 from .errors import no_such_overload
 
 Function = Callable[..., Any]
+Paths = tuple["tuple[str, ...] | str", ...]
+"""Field paths a function reads of one argument (see ``READS`` above)."""
 
 
 class Library:
@@ -44,6 +58,7 @@ class Library:
         self.result_types: dict[str, str] = {}
         self.costs: dict[str, Callable[..., int]] = {}
         self.budgeted: dict[str, Function] = {}
+        self.reads: dict[str, tuple[Paths | None, ...]] = {}
         for module in modules:
             self.functions.update(getattr(module, "FUNCTIONS", {}))
             for name, by_type in getattr(module, "METHODS", {}).items():
@@ -51,6 +66,7 @@ class Library:
             self.result_types.update(getattr(module, "RESULT_TYPES", {}))
             self.costs.update(getattr(module, "COSTS", {}))
             self.budgeted.update(getattr(module, "BUDGETED", {}))
+            self.reads.update(getattr(module, "READS", {}))
 
     @property
     def namespaces(self) -> frozenset[str]:
