@@ -151,7 +151,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         else:
             from .cache import ClusterCache
 
-            state.cache = ClusterCache(state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s)
+            state.cache = ClusterCache(state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s, policies=store)
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
             tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
             if settings.requeue_rate > 0:

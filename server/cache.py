@@ -18,28 +18,75 @@ a first list never holds the untrimmed cluster): ``metadata.managedFields`` is
 dropped, as kube-scheduler drops it, and every string value is interned, so
 the label values, namespaces, node and image names, timestamps and the like
 that thousands of pods repeat are one object each.
+
+Pods bound to a node and not gated are also *projected* as they enter: cut to
+the served policy set's ``pod_projection`` (``engine.projection``), the fields
+its expressions can read of other pods plus ``KPE_READS``, what kpe itself
+reads of them. Pending and gated pods (the subjects of decisions) and nodes
+stay whole; so does every pod when a policy reads other pods whole. What
+reads cached pods, and what it reads of them (keep ``KPE_READS`` in step):
+
+- ``engine.nodeinfo`` (the ``nodeInfo`` views, ``_place`` here):
+  ``spec.nodeName``, ``status.phase``, container and init container
+  ``resources.requests``, ``spec.overhead``; ``pod_key``: ``metadata.uid``,
+  ``namespace``, ``name``; ``_replace``: ``metadata.resourceVersion``.
+- policies, through ``nodeInfo.pods`` (filters, scores, messages, node-scoped
+  variables, preemption), ``victim``/``victims`` (``server.extender``'s preempt
+  verb resolves victims by UID with ``pod_by_uid``; it answers their
+  ``metadata.uid``; ``engine.preemption`` names them by namespace and name and
+  rebuilds ``nodeInfo`` without them with ``engine.nodeinfo``), and ``pods`` and
+  ``admitted`` (admission: ``server.webhook``, the admit verb, the gate
+  controller, ``/apis/v1/explain``): the projection's analysed part.
+- ``engine.admission`` (``admitted``, ``held_by_kpe``; here for ``gated``):
+  ``metadata.annotations['kpe.dev/gates']``, ``spec.schedulingGates``,
+  ``spec.nodeName``, ``status.phase``.
+- ``server.gates`` (``pods()``, ``nodes()``): the above; the pods it decides
+  and orders (``creationTimestamp``) are gated, so whole; its check that the
+  cache caught up with a release reads ``metadata.resourceVersion``.
+- ``server.requeue`` (``pod_by_uid``): ``spec.nodeName``.
+- ``server.introspection`` (``node_info``, ``pods()``): ``/apis/v1/nodes/{name}``
+  lists ``metadata.namespace``/``name``; explain as the verbs.
+- Match conditions (``engine.selectors``, ``engine.evaluation.matching_scopes``:
+  namespaces, labels, resources, expression) read only the pod being decided,
+  which comes from the request or is a gated pod: never a projected one.
+- ``on_event`` subscribers get the object as kept (none in kpe itself).
+
+A reload whose set reads a field the cache dropped must not serve before the
+pods have it: the cache registers a swap guard with the policy store, which
+widens what it keeps (the union of both sets'), relists pods (interrupting the
+watch) replacing every one, changed or not, and only then lets the swap
+happen; the old set serves meanwhile, through failed lists and their backoff.
+A set that reads less needs nothing: the cache cuts pods entering it to the
+new set's projection ``narrow_after_s`` after the swap (a request that took
+the old set just before still finds its fields); the pods already cached keep
+what they have.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from engine.admission import held_by_kpe
 from engine.equivalence import TrackedNodeInfo
 from engine.nodeinfo import NodeInfoAccumulator, is_active, pod_key
+from engine.projection import EVERYTHING, Projection
 
 from .kube import ApiError, Expired, KubeClient, WatchError
 
 if TYPE_CHECKING:
+    from engine.policy import PolicySet
+
     from .metrics import Metrics
+    from .policystore import PolicyStore
 
 log = logging.getLogger("kpe.cache")
 
@@ -54,6 +101,10 @@ MIN_HEALTHY_WATCH_S = 1.0
 # kube's reflectors pick a random watch timeout in [5, 10) minutes so that
 # many clients do not reconnect in lockstep.
 WATCH_TIMEOUT_RANGE_S = (300, 600)
+# After a reload that reads fewer pod fields, pods entering the cache are cut to the new
+# set's projection only this long after the swap: a request that took the old set just
+# before the swap still finds every field that set reads (requests end in seconds).
+NARROW_AFTER_S = 60.0
 
 
 class _Informer:
@@ -67,6 +118,10 @@ class _Informer:
         self.error: str | None = None
         self.last_word = time.monotonic()
         self.lists = 0
+        # A relist asked for while the watch runs (a reload widened the projection), and
+        # who waits for it: resolved once a list that started after they asked is applied.
+        self.relist_wanted = asyncio.Event()
+        self.waiters: list[asyncio.Future[None]] = []
 
 
 class ClusterCache:
@@ -78,6 +133,9 @@ class ClusterCache:
         backoff_max: float = 30.0,
         metrics: Metrics | None = None,
         page_size: int = 500,
+        policies: PolicyStore | None = None,
+        projection: Projection | None = None,
+        narrow_after_s: float = NARROW_AFTER_S,
     ) -> None:
         self._client = client
         self._on_event = on_event
@@ -100,6 +158,14 @@ class ClusterCache:
         # Keys of the unbound pods that hold one of kpe's gates, kept as events arrive, so the
         # gate controller costs nothing while no pod waits at a gate (it would scan every pod).
         self.gated: set[str] = set()
+        # What is kept of bound pods (see the module docstring): the served policy set's
+        # projection, or everything without a policy store.
+        self._store = policies
+        if projection is None:
+            projection = policies.current.pod_projection if policies is not None and policies.ready else EVERYTHING
+        self._projection = projection
+        self.narrow_after_s = narrow_after_s
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- reading -------------------------------------------------------------
 
@@ -127,6 +193,11 @@ class ClusterCache:
 
     def nodes(self) -> list[Obj]:
         return list(self._nodes.values())
+
+    @property
+    def projection(self) -> Projection:
+        """What the cache keeps of a bound pod entering it now."""
+        return self._projection
 
     def pods(self) -> list[Obj]:
         return list(self._pods.values())
@@ -193,6 +264,12 @@ class ClusterCache:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run both informers until ``stop`` is set (or this task is cancelled)."""
+        self._loop = asyncio.get_running_loop()
+        store = self._store
+        if store is not None:
+            store.add_swap_guard(self._before_swap)
+            if store.ready:  # a set swapped in before the guard was there: nothing is cached yet
+                self._projection = self._projection.union(store.current.pod_projection)
         loops = [asyncio.create_task(self._informer_loop(inf, stop), name=f"informer-{kind}") for kind, inf in self._informers.items()]
         stopped = asyncio.create_task(stop.wait())
         try:
@@ -201,27 +278,118 @@ class ClusterCache:
             for task in (*loops, stopped):
                 task.cancel()
             await asyncio.gather(*loops, stopped, return_exceptions=True)
+            if store is not None:
+                store.remove_swap_guard(self._before_swap)
+            for inf in self._informers.values():
+                for waiter in inf.waiters:
+                    waiter.cancel()  # a reload waiting for a relist: the cache is gone, it waits no more
+                inf.waiters = []
+            self._loop = None
+
+    # --- what is kept of pods ------------------------------------------------
+
+    async def widen(self, wanted: Projection) -> None:
+        """Keep at least ``wanted`` of bound pods from now on, and return once every pod has
+        been listed again and replaced (the cached ones miss fields ``wanted`` keeps); at once
+        when the cache keeps all of it already. Needs ``run`` to be running."""
+        if self._projection.covers(wanted):
+            return
+        self._projection = self._projection.union(wanted)
+        inf = self._informers["pod"]
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        inf.waiters.append(waiter)
+        inf.relist_wanted.set()
+        await waiter
+
+    def narrow(self, projection: Projection) -> None:
+        """Keep only ``projection`` of the bound pods entering from now on; the cached ones
+        keep what they have (more than it, which no decision can tell)."""
+        self._projection = projection
+
+    def _before_swap(self, candidate: PolicySet) -> None:
+        """The policy store's swap guard, called in its reload thread before ``candidate``
+        serves. A set that reads pod fields the cache drops waits here (the old set serving
+        meanwhile) until the pods are listed again with them; a set that reads fewer has the
+        cache keep fewer, ``narrow_after_s`` after the swap."""
+        loop = self._loop
+        wanted = candidate.pod_projection
+        if loop is None or loop.is_closed():
+            self._projection = self._projection.union(wanted)  # not running: nothing is waiting to be listed
+            return
+        if not self._projection.covers(wanted):
+            try:
+                on_loop = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                # A synchronous reload on the event loop itself (kpe reloads in a thread): it
+                # cannot wait for the list it needs, so decisions may miss the new fields until then.
+                log.warning("policy reload on the event loop: pods are relisted without holding the new set back")
+                loop.create_task(self.widen(wanted))
+                return
+            started = time.monotonic()
+            log.info("the new policy set reads pod fields the cache dropped: relisting pods before it serves",
+                     extra={"generation": candidate.generation})
+            try:
+                asyncio.run_coroutine_threadsafe(self.widen(wanted), loop).result()
+            except (concurrent.futures.CancelledError, RuntimeError):
+                return  # the cache stopped
+            log.info("pods relisted for the new policy set", extra={"generation": candidate.generation, "seconds": round(time.monotonic() - started, 3)})
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._narrow_later, candidate)
+
+    def _narrow_later(self, candidate: PolicySet) -> None:
+        assert self._loop is not None
+        self._loop.call_later(self.narrow_after_s, self._narrow_if_serving, candidate)
+
+    def _narrow_if_serving(self, candidate: PolicySet) -> None:
+        store = self._store
+        if store is not None and store.ready and store.current is candidate and self._projection.covers(candidate.pod_projection):
+            self.narrow(candidate.pod_projection)
+
+    def _enter_pod(self, obj: Obj) -> Obj:
+        return trim(obj, self._projection)
 
     async def _informer_loop(self, inf: _Informer, stop: asyncio.Event) -> None:
         failures = 0
         relist = True
+        enter = trim if inf.kind == "node" else self._enter_pod
         while not stop.is_set():
+            relist = relist or inf.relist_wanted.is_set()
             listing, seen = relist, 0
             wait_at_least = 0.0
+            waiting: list[asyncio.Future[None]] = []
             try:
                 if relist:
-                    items, rv = await self._client.list_all(inf.path, page_size=self._page_size, transform=trim)
-                    self._replace(inf, items, rv)
+                    # Whoever asked for a relist before this one started is answered by it.
+                    inf.relist_wanted.clear()
+                    waiting, inf.waiters = inf.waiters, []
+                    items, rv = await self._client.list_all(inf.path, page_size=self._page_size, transform=enter)
+                    # A relist asked for by a wider projection replaces every pod, changed or not.
+                    self._replace(inf, items, rv, refresh=bool(waiting))
+                    for waiter in waiting:
+                        if not waiter.done():
+                            waiter.set_result(None)
+                    waiting = []
                     relist, listing = False, False
                 # Only a watch that delivers resets the backoff: a list that succeeds
                 # followed by a watch that fails at once must not become a tight loop.
                 started = time.monotonic()
                 timeout = random.randint(*WATCH_TIMEOUT_RANGE_S)
                 opened = functools.partial(self._heard, inf, "")
-                async for event in self._client.watch(inf.path, resource_version=inf.resource_version, timeout_seconds=timeout, on_open=opened):
-                    self._apply(inf, event)
-                    seen += 1
-                    failures = 0
+
+                async def consume(timeout: int = timeout, opened: Callable[[], None] = opened) -> None:
+                    nonlocal seen, failures
+                    async for event in self._client.watch(inf.path, resource_version=inf.resource_version, timeout_seconds=timeout, on_open=opened):
+                        self._apply(inf, event)
+                        seen += 1
+                        failures = 0
+
+                if await _unless(inf.relist_wanted, consume()):
+                    relist = True
+                    if self._metrics is not None:
+                        self._metrics.watch_restarts.labels(inf.kind, "relist").inc()
+                    continue
                 reason = "closed"
                 if not seen and time.monotonic() - started < MIN_HEALTHY_WATCH_S:
                     failures += 1
@@ -246,6 +414,10 @@ class ClusterCache:
                 relist, reason = True, "internal"
                 failures += 1
                 inf.error = f"{inf.kind}s: {type(exc).__name__}: {exc}"
+            finally:
+                if waiting:  # the list failed: its waiters wait for the next one
+                    inf.waiters[:0] = waiting
+                    inf.relist_wanted.set()
             if stop.is_set():
                 return
             if self._metrics is not None:
@@ -283,7 +455,7 @@ class ClusterCache:
         obj = event.get("object")
         if not isinstance(obj, dict):
             return
-        trim(obj)
+        obj = trim(obj) if inf.kind == "node" else self._enter_pod(obj)
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         if kind in ("ADDED", "MODIFIED"):
             self._upsert(inf.kind, obj, str(kind))
@@ -294,15 +466,16 @@ class ClusterCache:
         if kind != "BOOKMARK":
             self._changed(inf.kind)
 
-    def _replace(self, inf: _Informer, items: list[Obj], rv: str) -> None:
-        """A relist: apply only the differences, so views and subscribers see real changes."""
+    def _replace(self, inf: _Informer, items: list[Obj], rv: str, *, refresh: bool = False) -> None:
+        """A relist: apply only the differences, so views and subscribers see real changes
+        (every object with ``refresh``: the cached ones were cut narrower than these)."""
         store = self._nodes if inf.kind == "node" else self._pods
         fresh = {self._key(inf.kind, obj): obj for obj in items}
         for key in [k for k in store if k not in fresh]:
             self._delete(inf.kind, store[key])
         for key, obj in fresh.items():
             old = store.get(key)
-            if old is None or _rv(old) != _rv(obj) or not _rv(obj):
+            if refresh or old is None or _rv(old) != _rv(obj) or not _rv(obj):
                 self._upsert(inf.kind, obj, "MODIFIED" if old is not None else "ADDED")
         inf.listed = True
         inf.lists += 1
@@ -383,22 +556,56 @@ def _rv(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
-def trim(obj: Obj) -> Obj:
-    """What the cache keeps of a node or pod, in place: without ``metadata.managedFields``
-    (the API server's field ownership bookkeeping, for server-side apply: nothing in kpe
-    reads it, and kube-scheduler drops it from its own cache), with every string value
-    interned, so equal values across objects are one object. Values stay equal, so no
-    policy can tell. Returns ``obj``."""
+def trim(obj: Obj, projection: Projection = EVERYTHING) -> Obj:
+    """What the cache keeps of a node or pod: without ``metadata.managedFields`` (the API
+    server's field ownership bookkeeping, for server-side apply: nothing in kpe reads it,
+    and kube-scheduler drops it from its own cache), a pod bound to a node and not gated
+    cut to ``projection`` (a new object; see the module docstring), and every string value
+    interned, so equal values across objects are one object. Nothing a decision reads
+    changes. Returns the object kept: ``obj`` itself, changed in place, unless projected."""
     if type(obj) is not dict:
         return obj  # not an object: left for the caller to judge
     meta = obj.get("metadata")
     if type(meta) is dict:
         meta.pop("managedFields", None)
+    if not projection.whole and is_projected(obj):
+        with contextlib.suppress(RecursionError):  # deeper than the stack: kept whole
+            obj = projection.apply(obj)
     # Pods and nodes are schema-validated by the API server and nest a few dozen levels at
     # most; an object deeper than the interpreter's stack is only left partly interned.
     with contextlib.suppress(RecursionError):
         _intern_strings(obj)
     return obj
+
+
+def is_projected(pod: Obj) -> bool:
+    """Whether the cache keeps only the projection of ``pod``: bound to a node, no scheduling
+    gates. Pending and gated pods are the subjects of decisions (the gate controller's and the
+    webhook's admission; a pod's own fields are read in full) and stay whole."""
+    spec = pod.get("spec")
+    return type(spec) is dict and bool(spec.get("nodeName")) and not spec.get("schedulingGates")
+
+
+async def _unless(wanted: asyncio.Event, work: Coroutine[Any, Any, None]) -> bool:
+    """Run ``work`` (a watch) to its end, its exceptions raised here: False; True, with
+    ``work`` cancelled, if ``wanted`` is set first."""
+    if wanted.is_set():
+        work.close()
+        return True
+    task = asyncio.create_task(work)
+    asked = asyncio.create_task(wanted.wait())
+    try:
+        await asyncio.wait([task, asked], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        asked.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        return True
+    task.result()
+    return False
 
 
 _intern = sys.intern

@@ -4,6 +4,10 @@ A reload compiles the new set on the side; only a clean load replaces the
 reference, so a request that started on one generation finishes on it and a
 broken change leaves the last good set serving. The outcome of the last load
 (errors included) is kept for ``/apis/v1/policies`` and metrics.
+
+Swap guards (``add_swap_guard``) run in the reload thread between the compile
+and the swap, and may hold the new set back: the node and pod cache relists
+pods there when the new set reads pod fields it dropped (``server.cache``).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class PolicyStore:
         self.last: LoadOutcome | None = None
         self.reloads = {"success": 0, "failure": 0, "unchanged": 0}
         self._listeners: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._guards: list[Callable[[PolicySet], None]] = []
 
     @property
     def current(self) -> PolicySet:
@@ -126,6 +131,11 @@ class PolicyStore:
             self.reloads["unchanged"] += 1
             self.last = LoadOutcome(True, previous.generation)
             return self.last
+        for guard in list(self._guards):
+            try:
+                guard(candidate)  # may wait: the old set serves meanwhile
+            except Exception:  # noqa: BLE001 - a guard's failure must not stop reloads
+                log.exception("policy swap guard failed", extra={"generation": candidate.generation})
         self._current = candidate  # the swap: one reference, never mutated in place
         self.reloads["success"] += 1
         self.last = LoadOutcome(True, candidate.generation)
@@ -136,6 +146,14 @@ class PolicyStore:
         for loop, event in self._listeners:
             loop.call_soon_threadsafe(event.set)  # reloads run in a worker thread
         return self.last
+
+    def add_swap_guard(self, guard: Callable[[PolicySet], None]) -> None:
+        """Call ``guard(new_set)`` before every swap, in the reload thread; the swap waits for it."""
+        self._guards.append(guard)
+
+    def remove_swap_guard(self, guard: Callable[[PolicySet], None]) -> None:
+        if guard in self._guards:
+            self._guards.remove(guard)
 
     def subscribe(self) -> asyncio.Event:
         """An event set after every successful swap (the gate controller re-evaluates on it)."""
