@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cel import ast
+from .cel.kube import POD_REQUEST_READS
 
 if TYPE_CHECKING:
     from .cel.library import Library, Paths
@@ -240,9 +241,10 @@ KPE_READS = from_paths([
     ("metadata", "annotations", "kpe.dev/gates"),  # held_by_kpe, is_admitted
     ("spec", "nodeName"),
     ("spec", "schedulingGates"),
-    ("spec", "containers", "resources", "requests"),  # nodeInfo.requested (pod_requests)
+    ("spec", "containers", "resources", "requests"),  # nodeInfo.requested (engine.nodeinfo.pod_requests)
     ("spec", "initContainers", "resources", "requests"),
     ("spec", "overhead"),
+    *POD_REQUEST_READS,  # what kube.podRequests reads: sidecars, pod-level resources (pod_requests as kube-scheduler counts)
     ("status", "phase"),  # is_active: finished pods leave nodeInfo
 ])
 

@@ -27,9 +27,11 @@ stay whole; so does every pod when a policy reads other pods whole. What
 reads cached pods, and what it reads of them (keep ``KPE_READS`` in step):
 
 - ``engine.nodeinfo`` (the ``nodeInfo`` views, ``_place`` here):
-  ``spec.nodeName``, ``status.phase``, container and init container
-  ``resources.requests``, ``spec.overhead``; ``pod_key``: ``metadata.uid``,
-  ``namespace``, ``name``; ``_replace``: ``metadata.resourceVersion``.
+  ``spec.nodeName``, ``status.phase``, and for ``requested`` what
+  ``kube.podRequests`` declares it reads (container and init container
+  ``resources``, init containers' ``restartPolicy``, pod-level ``resources``,
+  ``spec.overhead``); ``pod_key``: ``metadata.uid``, ``namespace``, ``name``;
+  ``_replace``: ``metadata.resourceVersion``.
 - policies, through ``nodeInfo.pods`` (filters, scores, messages, node-scoped
   variables, preemption), ``victim``/``victims`` (``server.extender``'s preempt
   verb resolves victims by UID with ``pod_by_uid``; it answers their
