@@ -2,9 +2,10 @@
 
     {"pods": [pod, ...], "podCount": 3, "requested": {"cpu": "1500m", "nvidia.com/gpu": "2", ...}}
 
-``requested`` sums the pods' container requests (as kube-scheduler does: the
-larger of the sum of containers and the largest init container, plus pod
-overhead), as canonical quantity strings for ``quantity()``. The server's
+``requested`` sums the pods' effective requests as kube-scheduler does
+(``kube.podRequests``: regular containers and sidecars, or the largest need of
+an init container where that is more, pod-level requests, plus pod overhead),
+as canonical quantity strings for ``quantity()``. The server's
 cache keeps this incrementally; ``node_info_map`` builds it from scratch for
 ``kpe explain`` and ``kpe test``.
 """
@@ -14,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .cel import kube as _kube
 from .cel import quantity as _q
-from .cel.quantity import Quantity, parse_quantity
+from .cel.errors import EvalError
+from .cel.quantity import Quantity
 
 
 def _plus(a: Quantity, b: Quantity) -> Quantity:
@@ -29,31 +32,14 @@ TERMINAL_PHASES = frozenset(("Succeeded", "Failed"))
 
 
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, Quantity]:
-    """The effective requests of one pod, per resource."""
-    spec = pod.get("spec") or {}
-    total: dict[str, Quantity] = {}
-    for container in spec.get("containers") or []:
-        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
-            q = _quantity(value)
-            if q is not None:
-                total[name] = _plus(total[name], q) if name in total else q
-    for container in spec.get("initContainers") or []:
-        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
-            q = _quantity(value)
-            if q is not None and (name not in total or q.compare(total[name]) > 0):
-                total[name] = q
-    for name, value in (spec.get("overhead") or {}).items():
-        q = _quantity(value)
-        if q is not None:
-            total[name] = _plus(total[name], q) if name in total else q
-    return total
-
-
-def _quantity(value: Any) -> Quantity | None:
+    """The effective requests of one pod, per resource, as kube-scheduler counts them
+    (``kube.podRequests``: sidecars, init containers, pod-level resources, overhead).
+    A malformed quantity of a pod already running is the API server's problem, not a
+    reason to fail a node: it is left out."""
     try:
-        return parse_quantity(str(value))
-    except Exception:  # noqa: BLE001 - a malformed request is the API server's problem, not a reason to fail a node
-        return None
+        return _kube.pod_requests(pod, strict=False)
+    except EvalError:  # a spec that is no map at all
+        return {}
 
 
 def is_active(pod: Mapping[str, Any]) -> bool:

@@ -88,7 +88,7 @@ def _map(value: Any, fn: str, where: str) -> _Obj:
         return {}
     if isinstance(value, dict):
         return value
-    raise EvalError(f"{fn}: {where} is a {type_name(value)}, not a map")
+    raise EvalError(f"{fn}: {where} must be a map, not {type_name(value)}")
 
 
 def _list(value: Any, fn: str, where: str) -> list[Any] | tuple[Any, ...]:
@@ -96,7 +96,7 @@ def _list(value: Any, fn: str, where: str) -> list[Any] | tuple[Any, ...]:
         return ()
     if type(value) is list or type(value) is tuple:
         return value
-    raise EvalError(f"{fn}: {where} is a {type_name(value)}, not a list")
+    raise EvalError(f"{fn}: {where} must be a list, not {type_name(value)}")
 
 
 def _text(value: Any, fn: str, where: str) -> str:
@@ -104,7 +104,7 @@ def _text(value: Any, fn: str, where: str) -> str:
         return ""
     if type(value) is str:
         return value
-    raise EvalError(f"{fn}: {where} is a {type_name(value)}, not a string")
+    raise EvalError(f"{fn}: {where} must be a string, not {type_name(value)}")
 
 
 def _object(value: Any, fn: str, *args: Any) -> _Obj:
@@ -127,7 +127,7 @@ def _quantity(value: Any, fn: str, where: str) -> Quantity:
     elif type(value) is int or type(value) is float:
         text = str(value)
     else:
-        raise EvalError(f"{fn}: {where} is a {type_name(value)}, not a quantity")
+        raise EvalError(f"{fn}: {where} must be a quantity (a string), not {type_name(value)}")
     try:
         return parse_quantity(text)
     except EvalError as exc:
@@ -148,12 +148,16 @@ def _at_least(peak: dict[str, Quantity], name: str, q: Quantity) -> None:
         peak[name] = q
 
 
-def _resource_list(raw: Any, fn: str, where: str, strict: bool) -> dict[str, Quantity]:
-    """A ResourceList (name to quantity); ``strict=False`` leaves malformed entries out."""
+def _resource_list(raw: Any, fn: str, where: str, strict: bool, index: int | None = None, field: str = "") -> dict[str, Quantity]:
+    """A ResourceList (name to quantity) at ``where`` (``where[index].field`` when
+    ``index`` is given: built only for an error message); ``strict=False`` leaves
+    malformed entries out."""
     if not raw:
         return {}
+    if type(raw) is not dict:
+        raw = _map(raw, fn, _place(where, index, field))
     out: dict[str, Quantity] = {}
-    for name, value in _map(raw, fn, where).items():
+    for name, value in raw.items():
         if type(value) is str:
             try:
                 out[name] = parse_quantity(value)
@@ -161,29 +165,33 @@ def _resource_list(raw: Any, fn: str, where: str, strict: bool) -> dict[str, Qua
             except EvalError:
                 pass
         try:
-            out[name] = _quantity(value, fn, f"{where}[{name!r}]")
+            out[name] = _quantity(value, fn, f"{_place(where, index, field)}[{name!r}]")
         except EvalError:
             if strict:
                 raise
     return out
 
 
+def _place(where: str, index: int | None, field: str) -> str:
+    return where if index is None else f"{where}[{index}]{field}"
+
+
 def _container_requests(container: Any, fn: str, kind: str, index: int, strict: bool) -> tuple[dict[str, Quantity], bool]:
     """A container's requests after the API's defaulting (a limit without a request
     requests the limit), and whether it is a restartable init container (a sidecar)."""
     if type(container) is not dict:
-        container = _map(container, fn, f"spec.{kind}[{index}]")
-    sidecar = container.get("restartPolicy") == "Always"
+        container = _map(container, fn, f"{kind}[{index}]")
     resources = container.get("resources")
+    sidecar = kind == "spec.initContainers" and container.get("restartPolicy") == "Always"
     if not resources:
         return {}, sidecar
     if type(resources) is not dict:
-        resources = _map(resources, fn, f"spec.{kind}[{index}].resources")
+        resources = _map(resources, fn, f"{kind}[{index}].resources")
     raw_requests = resources.get("requests")
-    requests = _resource_list(raw_requests, fn, f"spec.{kind}[{index}].resources.requests", strict) if raw_requests else {}
+    requests = _resource_list(raw_requests, fn, kind, strict, index, ".resources.requests") if raw_requests else {}
     limits = resources.get("limits")
     if limits:
-        for name, q in _resource_list(limits, fn, f"spec.{kind}[{index}].resources.limits", strict).items():
+        for name, q in _resource_list(limits, fn, kind, strict, index, ".resources.limits").items():
             if not raw_requests or name not in raw_requests:
                 requests[name] = q
     return requests, sidecar
@@ -197,26 +205,55 @@ def is_pod_level_resource(name: str) -> bool:
 def pod_requests(pod: Any, *, strict: bool = True, fn: str = "kube.podRequests") -> dict[str, Quantity]:
     """The pod's effective requests per resource, as kube-scheduler computes them
     (``PodRequests``; see the module's docstring). ``strict=False`` skips malformed
-    quantities and containers instead of raising."""
-    spec = _map(_map(pod, fn, "pod").get("spec"), fn, "spec")
+    quantities and containers instead of raising (kpe's cache sums every pod it sees)."""
+    spec = _map(pod, fn, "pod").get("spec")
+    if type(spec) is not dict:
+        spec = _map(spec, fn, "spec")
     total: dict[str, Quantity] = {}
-    for i, container in enumerate(_list(spec.get("containers"), fn, "spec.containers")):
+    containers = spec.get("containers")
+    if containers:
+        for i, container in enumerate(_list(containers, fn, "spec.containers")):
+            try:
+                requests, _ = _container_requests(container, fn, "spec.containers", i, strict)
+            except EvalError:
+                if strict:
+                    raise
+                continue
+            for name, q in requests.items():
+                found = total.get(name)
+                total[name] = q if found is None else _add(found, q)
+    init_containers = spec.get("initContainers")
+    if init_containers:
+        _add_init_containers(total, _list(init_containers, fn, "spec.initContainers"), fn, strict)
+    pod_level = spec.get("resources")
+    if pod_level:
         try:
-            requests, _ = _container_requests(container, fn, "containers", i, strict)
+            _apply_pod_level(total, _map(pod_level, fn, "spec.resources"), fn, strict)
         except EvalError:
             if strict:
                 raise
-            continue
-        for name, q in requests.items():
-            _plus(total, name, q)
-    # Init containers run one at a time, before the regular ones; a restartable one
-    # (a sidecar) keeps running once started, so it adds to the regular containers
-    # and to every init container after it.
+    overhead = spec.get("overhead")
+    if overhead:
+        try:
+            for name, q in _resource_list(overhead, fn, "spec.overhead", strict).items():
+                _plus(total, name, q)
+        except EvalError:
+            if strict:
+                raise
+    return total
+
+
+def _add_init_containers(total: dict[str, Quantity], init_containers: Iterable[Any], fn: str, strict: bool) -> None:
+    """Init containers run one at a time, before the regular ones; a restartable one
+    (a sidecar) keeps running once started, so it adds to the regular containers and
+    to every init container after it. Per resource, the pod needs the larger of the
+    regular containers with all sidecars and the most one init container needs while
+    it runs (its request plus the sidecars started before it)."""
     sidecars: dict[str, Quantity] = {}
     peak: dict[str, Quantity] = {}
-    for i, container in enumerate(_list(spec.get("initContainers"), fn, "spec.initContainers")):
+    for i, container in enumerate(init_containers):
         try:
-            requests, sidecar = _container_requests(container, fn, "initContainers", i, strict)
+            requests, sidecar = _container_requests(container, fn, "spec.initContainers", i, strict)
         except EvalError:
             if strict:
                 raise
@@ -234,20 +271,6 @@ def pod_requests(pod: Any, *, strict: bool = True, fn: str = "kube.podRequests")
             _at_least(peak, name, q)
     for name, q in peak.items():
         _at_least(total, name, q)
-    pod_level = _map(spec.get("resources"), fn, "spec.resources")
-    if pod_level:
-        try:
-            _apply_pod_level(total, pod_level, fn, strict)
-        except EvalError:
-            if strict:
-                raise
-    try:
-        for name, q in _resource_list(spec.get("overhead"), fn, "spec.overhead", strict).items():
-            _plus(total, name, q)
-    except EvalError:
-        if strict:
-            raise
-    return total
 
 
 def _apply_pod_level(total: dict[str, Quantity], pod_level: _Obj, fn: str, strict: bool) -> None:
@@ -456,7 +479,7 @@ def _node_labels_and_name(node: _Obj, fn: str) -> tuple[dict[str, str], str]:
     labels = _map(meta.get("labels"), fn, "node.metadata.labels")
     for key, value in labels.items():
         if type(value) is not str:
-            raise EvalError(f"{fn}: node.metadata.labels[{key!r}] is a {type_name(value)}, not a string")
+            raise EvalError(f"{fn}: node.metadata.labels[{key!r}] must be a string, not {type_name(value)}")
     return dict(labels), _text(meta.get("name"), fn, "node.metadata.name")
 
 
@@ -515,7 +538,7 @@ def node_free(node: _Obj, node_info: _Obj, name: str, fn: str = "kube.nodeFree")
     if name == "pods":
         count = node_info.get("podCount", 0)
         if type(count) is not int:
-            raise EvalError(f"{fn}: nodeInfo.podCount is a {type_name(count)}, not an int")
+            raise EvalError(f"{fn}: nodeInfo.podCount must be an int, not {type_name(count)}")
         used = Quantity(count, 0, False, DECIMAL_SI)
     else:
         requested = _map(node_info.get("requested"), fn, "nodeInfo.requested")
