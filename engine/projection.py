@@ -494,12 +494,17 @@ class _Analysis:
                 self.whole(refs)
                 continue
             for ref in refs:
-                if isinstance(ref, _NodeInfo) or ref.lists:
+                if isinstance(ref, _Pod) and ref.lists:
                     self.whole([ref])  # declared reads are of one object, not of a list of them
                     continue
                 for path in paths:
                     steps = tuple(path.split(".")) if isinstance(path, str) else tuple(path)
-                    self.whole([_Pod((*ref.path, *steps))])
+                    if isinstance(ref, _Pod):
+                        self.whole([_Pod((*ref.path, *steps))])
+                    elif not steps or steps[0] == "pods":
+                        # nodeInfo's pods (each, lists being transparent), or nodeInfo whole.
+                        self.whole([_Pod(steps[1:]) if steps else ref])
+                    # nodeInfo's requested and podCount are not pod data.
         return _NONE
 
 

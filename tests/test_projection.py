@@ -319,15 +319,12 @@ def shipped_and_tricky() -> PolicySet:
 
 def test_the_shipped_policies_keep_a_small_part_of_each_cached_pod() -> None:
     shipped = load([ROOT / "policies"])
-    assert policy_reads(shipped).render() == [
-        "metadata.labels.team", "metadata.labels.tier", "metadata.namespace",
-        "spec.containers[].resources.limits['nvidia.com/gpu']", "spec.containers[].resources.requests['nvidia.com/gpu']",
-        "spec.containers{*}",
-    ]
+    assert not shipped.pod_projection.whole
     pod = cluster.realistic_pod(3, "cpu-us-east-1a-00001")
     kept = trim(orjson.loads(orjson.dumps(pod)), shipped.pod_projection)
-    assert kept["metadata"]["labels"] == {"team": pod["metadata"]["labels"]["team"]}
-    assert "status" in kept and kept["status"] == {"phase": "Running"}
+    assert set(kept["metadata"]["labels"]) < set(pod["metadata"]["labels"])
+    assert kept["status"] == {"phase": "Running"}
+    assert set(kept["spec"]["containers"][0]) == {"resources"}
     assert len(orjson.dumps(kept)) < len(orjson.dumps(pod)) / 6
 
 
