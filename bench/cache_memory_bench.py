@@ -1,6 +1,8 @@
 """Memory of kpe's node and pod cache per pod: objects kept as the API server sends
-them ("raw", what kpe did before) beside what the cache keeps now ("trimmed":
-``server.cache.trim``, no managedFields, string values interned), in the same run.
+them ("raw", what kpe did before) beside trimmed ones (``server.cache.trim``: no
+managedFields, string values interned) and what the cache keeps now with the shipped
+policies ("projected": trimmed, and bound pods cut to the fields the policies and kpe
+read, ``engine.projection``), in the same run.
 
     python bench/cache_memory_bench.py                          # 30,000 pods on 1,000 nodes
     python bench/cache_memory_bench.py --pods 150000 --per-node 30   # 5,000 nodes
@@ -16,7 +18,9 @@ kept alive throughout, so they are in the baseline), then runs the real
 ``ClusterCache`` against a stub client whose ``list_all`` decodes those pages with
 orjson as ``KubeClient.list_all`` does, until the cache has synced and every
 node's ``nodeInfo`` is built. "raw" replaces ``server.cache.trim`` with the
-identity; "stripped" only drops managedFields. It prints, per mode: the RSS growth (VmRSS after the sync minus before
+identity; "stripped" only drops managedFields; "trimmed" keeps every pod whole;
+"projected" gives the cache the shipped policies' projection (``--policies``), as
+``kpe serve`` does. It prints, per mode: the RSS growth (VmRSS after the sync minus before
 it) and the bytes tracemalloc sees allocated (in a second child), each per pod,
 and the CPU time the first sync took (without tracemalloc).
 """
@@ -113,9 +117,13 @@ def rss_bytes() -> int:
     return 0
 
 
-def child(mode: str, count: int, per_node: int, traced: bool) -> Obj:
+def child(mode: str, count: int, per_node: int, traced: bool, policies: str) -> Obj:
     import server.cache
+    from engine.loader import load
+    from engine.projection import EVERYTHING
     from server.cache import ClusterCache
+
+    projection = load([policies]).pod_projection if mode == "projected" else EVERYTHING
 
     nodes = cluster.nodes(max(1, -(-count // per_node)))
     for node in nodes:
@@ -133,7 +141,7 @@ def child(mode: str, count: int, per_node: int, traced: bool) -> Obj:
     bodies = {"/api/v1/nodes": pages("Node", iter(nodes)), "/api/v1/pods": pages("Pod", pods())}
     del nodes
     if mode == "raw":
-        server.cache.trim = lambda obj: obj  # type: ignore[assignment]  # objects kept as decoded
+        server.cache.trim = lambda obj, projection=EVERYTHING: obj  # type: ignore[assignment]  # objects kept as decoded
     elif mode == "stripped":
         server.cache.trim = _strip_only  # type: ignore[assignment]
     gc.collect()
@@ -144,7 +152,7 @@ def child(mode: str, count: int, per_node: int, traced: bool) -> Obj:
     started = time.process_time()
 
     async def sync() -> ClusterCache:
-        cache = ClusterCache(PagesClient(bodies), page_size=PAGE)  # type: ignore[arg-type]
+        cache = ClusterCache(PagesClient(bodies), page_size=PAGE, projection=projection)  # type: ignore[arg-type]
         stop = asyncio.Event()
         task = asyncio.create_task(cache.run(stop))
         await cache.synced.wait()
@@ -163,15 +171,15 @@ def child(mode: str, count: int, per_node: int, traced: bool) -> Obj:
             "traced": after_traced - before_traced, "sync_s": sync_s}
 
 
-def _strip_only(obj: Obj) -> Obj:
+def _strip_only(obj: Obj, projection: Any = None) -> Obj:
     """managedFields dropped, strings not interned: what each half of ``trim`` is worth."""
     if type(obj) is dict and type(obj.get("metadata")) is dict:
         obj["metadata"].pop("managedFields", None)
     return obj
 
 
-def run_child(mode: str, count: int, per_node: int, traced: bool) -> Obj:
-    args = [sys.executable, __file__, "--child", mode, "--pods", str(count), "--per-node", str(per_node)]
+def run_child(mode: str, count: int, per_node: int, traced: bool, policies: str) -> Obj:
+    args = [sys.executable, __file__, "--child", mode, "--pods", str(count), "--per-node", str(per_node), "--policies", policies]
     if traced:
         args.append("--traced")
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
@@ -183,32 +191,36 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=30_000)
     parser.add_argument("--per-node", type=int, default=30)
-    parser.add_argument("--modes", default="raw,trimmed", help="comma-separated: raw, stripped (managedFields only), trimmed")
+    parser.add_argument("--modes", default="raw,trimmed,projected", help="comma-separated: raw, stripped (managedFields only), trimmed, projected")
+    parser.add_argument("--policies", default=str(ROOT / "policies"), help="the policy set whose projection 'projected' uses (default: the shipped one)")
     parser.add_argument("--no-tracemalloc", action="store_true", help="skip the tracemalloc children")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.pods, args.per_node, args.traced)))
+        print(json.dumps(child(args.child, args.pods, args.per_node, args.traced, args.policies)))
         return 0
     modes = [m for m in args.modes.split(",") if m]
     rows = []
     for mode in modes:
-        row = run_child(mode, args.pods, args.per_node, False)
+        row = run_child(mode, args.pods, args.per_node, False, args.policies)
         if not args.no_tracemalloc:
-            row["traced"] = run_child(mode, args.pods, args.per_node, True)["traced"]
+            row["traced"] = run_child(mode, args.pods, args.per_node, True, args.policies)["traced"]
         else:
             row["traced"] = None
         rows.append(row)
     first = rows[0]
     print(f"{first['pods']:,} realistic pods on {first['nodes']:,} nodes, {first['json_per_pod'] / 1024:.2f} KiB of JSON per pod")
-    print(f"{'mode':>8} | {'RSS MiB':>8} | {'RSS/pod KiB':>11} | {'x JSON':>6} | {'traced/pod KiB':>14} | {'sync CPU s':>10}")
+    print(f"{'mode':>9} | {'RSS MiB':>8} | {'RSS/pod KiB':>11} | {'x JSON':>6} | {'traced/pod KiB':>14} | {'sync CPU s':>10}")
     for row in rows:
         per_pod = row["rss"] / row["pods"]
         traced = f"{row['traced'] / row['pods'] / 1024:14.1f}" if row["traced"] is not None else f"{'-':>14}"
-        print(f"{row['mode']:>8} | {row['rss'] / 2**20:8.0f} | {per_pod / 1024:11.1f} | {per_pod / row['json_per_pod']:6.1f} | {traced} | {row['sync_s']:10.2f}")
-    if len(rows) > 1:
-        print(f"{rows[-1]['mode']}/{rows[0]['mode']} RSS: {rows[-1]['rss'] / rows[0]['rss']:.2f}x")
+        print(f"{row['mode']:>9} | {row['rss'] / 2**20:8.0f} | {per_pod / 1024:11.1f} | {per_pod / row['json_per_pod']:6.1f} | {traced} | {row['sync_s']:10.2f}")
+    for row in rows[1:]:
+        print(f"{row['mode']}/{rows[0]['mode']} RSS: {row['rss'] / rows[0]['rss']:.2f}x")
+    by_mode = {row["mode"]: row for row in rows}
+    if "trimmed" in by_mode and "projected" in by_mode and rows[0]["mode"] != "trimmed":
+        print(f"projected/trimmed RSS: {by_mode['projected']['rss'] / by_mode['trimmed']['rss']:.2f}x")
     return 0
 
 
