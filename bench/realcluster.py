@@ -233,6 +233,12 @@ def rss(pid: int) -> dict[str, int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far, in seconds (threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def metrics(url: str) -> Callable[..., float]:
     """A reader of one /metrics scrape: ``m(name, **labels)`` is the sum of the matching samples."""
     text = httpx.get(url + "/metrics", timeout=15).text

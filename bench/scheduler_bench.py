@@ -109,10 +109,16 @@ class BindWatch(threading.Thread):
             self.done.set()
 
 
-def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pods: int, round_: int, timeout: float) -> tuple[float, float]:
+def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pods: int, round_: int, timeout: float,
+              cpu: dict[str, float], extender_pid: int | None) -> tuple[float, float]:
     """Restart kube-scheduler with ``config``, create the pods; returns pods/s from the first create to the
-    last binding, and the seconds the creates took."""
+    last binding, and the seconds the creates took. Adds each process's CPU seconds over the round to ``cpu``."""
     scheduler = rc.start_scheduler(config, workdir, name=f"kube-scheduler-{round_}")
+    pids = {p.name: p.popen.pid for p in plane.processes if p.alive()}
+    pids["kube-scheduler"] = scheduler.popen.pid
+    if extender_pid is not None:
+        pids["extender"] = extender_pid
+    before = {name: rc.cpu_seconds(pid) for name, pid in pids.items()}
     try:
         rv = plane.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["metadata"]["resourceVersion"]
         watch = BindWatch(plane, rv, pods)
@@ -124,6 +130,8 @@ def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pod
             raise RuntimeError(f"round {round_}: {len(watch.bound)} of {pods} pods bound after {timeout:.0f} s\n" + scheduler.tail(20))
         if watch.error is not None:
             raise watch.error
+        for name, pid in pids.items():
+            cpu[name] = rc.cpu_seconds(pid) - before[name]
         return pods / (max(watch.bound.values()) - t0), created
     finally:
         scheduler.stop()
@@ -163,6 +171,7 @@ def main() -> int:
 
     started = time.monotonic()
     results: dict[tuple[str, str], list[float]] = {}
+    cpu_ms: dict[tuple[str, str], list[dict[str, float]]] = {}
     stats: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     pods_per_mode: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="kpe-scheduler-bench-") as tmp, rc.control_plane(Path(tmp)) as plane:
@@ -193,14 +202,17 @@ def main() -> int:
                         config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names)
                     if args.scheduler_qps > 0:
                         config["clientConnection"].update(qps=args.scheduler_qps, burst=int(args.scheduler_qps))
+                    cpu: dict[str, float] = {}
+                    extender_pid = kpe.process.popen.pid if kpe is not None else floor.popen.pid if setup == "floor" else None
                     try:
-                        rate, created = one_round(plane, workdir, config, pods, round_, args.round_timeout)
+                        rate, created = one_round(plane, workdir, config, pods, round_, args.round_timeout, cpu, extender_pid)
                         if kpe is not None:
                             stats[mode].append(kpe_stats(kpe.url))
                     finally:
                         if kpe is not None:
                             kpe.stop()
                     results.setdefault((mode, setup), []).append(rate)
+                    cpu_ms.setdefault((mode, setup), []).append({k: 1000 * v / pods for k, v in cpu.items()})
                     deleted = rc.delete_pods(plane, NAMESPACE)
                     print(f"  {mode:5} pair {pair + 1} {setup:5}: {rate:7.1f} pods/s   (created in {created:.1f} s, deleted in {deleted:.1f} s)", flush=True)
         finally:
@@ -224,6 +236,18 @@ def main() -> int:
         if "kpe" in setups and "none" in setups:
             ratios = [k / n for k, n in zip(results[(mode, "kpe")], results[(mode, "none")], strict=True)]
             print(f"| {mode} | kpe/none | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")
+    print()
+    print("CPU ms per pod over a round, median of the rounds (from /proc/PID/stat; the script creating pods is not counted):")
+    print()
+    procs = ["etcd", "kube-apiserver", "kube-scheduler", "extender"]
+    print("| mode | setup | " + " | ".join(procs) + " | all |")
+    print("|" + " --- |" * (len(procs) + 3))
+    for mode in modes:
+        for setup in setups:
+            rows = cpu_ms[(mode, setup)]
+            cells = [statistics.median(r.get(p, 0.0) for r in rows) for p in procs]
+            total = statistics.median(sum(r.values()) for r in rows)
+            print(f"| {mode} | {setup} | " + " | ".join(f"{c:.2f}" if c else "-" for c in cells) + f" | {total:.2f} |")
     if any(stats.values()):
         print()
         print("kpe's /metrics, summed over its rounds (a fresh kpe per round):")

@@ -101,6 +101,16 @@ class Lookup:
     previous: Snapshot | None
 
 
+class Offload(Exception):
+    """More nodes need evaluating than the caller allowed (``max_misses``): raised before
+    anything is computed or remembered, so the caller can run the request elsewhere (kpe's
+    server answers cheap requests on its event loop and hands the rest to its worker thread)."""
+
+    def __init__(self, misses: int) -> None:
+        super().__init__(f"{misses} nodes to evaluate")
+        self.misses = misses
+
+
 class ClassMemo:
     """Remembered per-node results of one pod class for one verb.
 
@@ -126,10 +136,18 @@ class ClassMemo:
         self.bound: Any = None
 
     def lookup(
-        self, nodes: Sequence[Any], node_info: Mapping[str, Any] | None, missing: Any, compute: Callable[[Any, Any, str], Any], *, names: list[str] | None = None
+        self,
+        nodes: Sequence[Any],
+        node_info: Mapping[str, Any] | None,
+        missing: Any,
+        compute: Callable[[Any, Any, str], Any],
+        *,
+        names: list[str] | None = None,
+        max_misses: int | None = None,
     ) -> Lookup:
         """Each node's result, in order (``compute(node, info, name)`` for the ones not remembered).
-        ``names``, when the caller has them (the request's node names), are the nodes' names in order."""
+        ``names``, when the caller has them (the request's node names), are the nodes' names in order.
+        With ``max_misses``, more nodes than that to compute raise ``Offload`` first."""
         previous = self.snapshot
         changed: list[int] | None = None
         version = node_info.version if isinstance(node_info, TrackedNodeInfo) else None
@@ -172,6 +190,8 @@ class ClassMemo:
                 identical = map(is_, infos, previous.infos)
                 changed = _falses(list(identical if same is None else map(and_, same, identical)))
                 positions = None
+            if max_misses is not None and len(changed) > max_misses:
+                raise Offload(len(changed))
             results = previous.results.copy()
             todo: Iterable[int] = changed
             hits = len(nodes) - len(changed)
@@ -183,6 +203,8 @@ class ClassMemo:
             results = list(map(self.result_of.get, names))
             fresh = map(and_, map(is_, map(self.node_of.get, names), nodes), map(is_, map(self.info_of.get, names), infos))
             todo = _falses(list(fresh))
+            if max_misses is not None and len(todo) > max_misses:
+                raise Offload(len(todo))
             hits = len(names) - len(todo)
             positions = None
         node_of, info_of, result_of = self.node_of, self.info_of, self.result_of
@@ -347,13 +369,42 @@ def _variables_read(node: ast.Node) -> set[str]:
 
 def pod_paths(root: ast.Node) -> Iterable[Path]:
     """Field paths below ``pod`` that an expression reads: ``pod.spec.?containers``
-    gives ``("spec", "containers")``; a use of ``pod`` itself gives ``()``."""
+    gives ``("spec", "containers")``; a use of ``pod`` itself gives ``()``, except as the
+    argument of a function that declares what it reads (``READS`` in ``engine.cel.library``):
+    ``kube.podRequests(pod)`` reads ``pod.spec``'s containers, overhead and resources, not the
+    pod's name, so replicas stay one class."""
     path = _chain(root)
     if path is not None:
         yield path
         return
+    declared = _declared_reads(root)
+    if declared is not None:
+        for arg, paths in declared:
+            head = _chain(arg)
+            if head is None or paths is None:
+                yield from pod_paths(arg)
+                continue
+            for read in paths:
+                steps = tuple(read.split(".")) if isinstance(read, str) else tuple(read)
+                # A fingerprint follows maps only, and a declared path may pass through a list
+                # (containers): two steps name a field of the pod's spec or metadata, whole.
+                yield (*head, *steps)[: len(head) + FINGERPRINT_DEPTH]
+        return
     for child in ast.children(root):
         yield from pod_paths(child)
+
+
+FINGERPRINT_DEPTH = 2
+
+
+def _declared_reads(node: ast.Node) -> list[tuple[ast.Node, Any]] | None:
+    """(argument, declared paths or None) of a call to a namespaced function with a READS entry."""
+    if not isinstance(node, ast.Call) or not isinstance(node.target, ast.Ident):
+        return None
+    reads = cel.default_library().reads.get(f"{node.target.name.lstrip('.')}.{node.function}")
+    if reads is None:
+        return None
+    return [(arg, reads[i] if i < len(reads) else None) for i, arg in enumerate(node.args)]
 
 
 def _chain(node: ast.Node) -> Path | None:

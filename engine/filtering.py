@@ -21,7 +21,7 @@ from typing import Any
 from . import cel
 from .cel.runtime import Unbound
 from .deadline import Deadline, Overdue
-from .equivalence import ClassMemo, EquivalenceCache, PolicyReads, Snapshot
+from .equivalence import ClassMemo, EquivalenceCache, Offload, PolicyReads, Snapshot
 from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
 from .nodeinfo import node_name, node_names
 from .policy import FilterRule, PolicySet
@@ -80,12 +80,15 @@ def filter_nodes(
     memo: EquivalenceCache | None = None,
     deadline: Deadline | None = None,
     names: list[str] | None = None,
+    max_misses: int | None = None,
 ) -> FilterResult:
     """Split ``nodes`` into passing, failed and unresolvable for ``pod``.
 
     Past ``deadline``, the nodes not evaluated yet are answered under each
     policy's failurePolicy (see ``engine.deadline``). ``names``, when given, are
     the nodes' names in order (the request's own, which saves reading them back).
+    With ``max_misses``, a request that would evaluate more nodes than that raises
+    ``Offload`` before evaluating any.
 
     With ``memo``, per-node results of rules that do not read ``now`` are kept
     for the pod's equivalence class and reused while the node and its
@@ -101,9 +104,11 @@ def filter_nodes(
     ordered += [(s, r) for s in scopes if not s.policy.enforce for r in s.policy.filters]
     counts = [0] * len(ordered)
     table = None if explain or memo is None else memo.table(generation=policy_set.generation, verb="filter", scopes=scopes, pod=pod)
+    if max_misses is not None and table is None and ordered and len(nodes) > max_misses:
+        raise Offload(len(nodes))
     if table is not None and memo is not None:
         try:
-            _memoized(result, ordered, counts, nodes, node_info, table, lambda scope: memo.reads(scope.policy), deadline, names)
+            _memoized(result, ordered, counts, nodes, node_info, table, lambda scope: memo.reads(scope.policy), deadline, names, max_misses)
         except Overdue:
             # What was computed is remembered for the next request of this class; this one
             # answers every node as overdue rather than assemble a partial view.
@@ -325,6 +330,7 @@ def _memoized(
     reads: Callable[[PolicyScope], PolicyReads],
     deadline: Deadline | None = None,
     names: list[str] | None = None,
+    max_misses: int | None = None,
 ) -> None:
     """The fast path's verdicts from remembered results. Rules that read ``now`` run
     per request, in plan order around the remembered ones, so the first rejecting
@@ -348,7 +354,7 @@ def _memoized(
         plan, guards = memo.bound
         return _remember(plan, timed, guards, enforced, counts, node, info, name)
 
-    found = memo.lookup(nodes, node_info, NO_NODE_INFO, remember, names=names)
+    found = memo.lookup(nodes, node_info, NO_NODE_INFO, remember, names=names, max_misses=max_misses)
     names, results, previous = found.names, found.results, found.previous
     result.memo_hits += found.hits
     result.memo_misses += len(names) - found.hits

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import cel
-from .equivalence import EquivalenceCache
+from .equivalence import EquivalenceCache, Offload
 from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
 from .filtering import NO_NODE_INFO, RuleEvent
 from .deadline import Deadline, Overdue
@@ -99,10 +99,13 @@ def score_nodes(
     memo: EquivalenceCache | None = None,
     deadline: Deadline | None = None,
     names: list[str] | None = None,
+    max_misses: int | None = None,
 ) -> ScoreResult:
     """Score ``nodes`` for ``pod``. With ``memo`` (and no score rule reading ``now``),
     a node's score is reused for pods of the same equivalence class while the node
-    and its ``nodeInfo`` are the same objects (see ``engine.equivalence``)."""
+    and its ``nodeInfo`` are the same objects (see ``engine.equivalence``). With
+    ``max_misses``, a request that would evaluate more nodes than that raises
+    ``Offload`` before evaluating any."""
     result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
     scopes = matching_scopes(policy_set, pod, request_inputs(pod, now))
     result.matched = [s.policy.name for s in scopes]
@@ -111,6 +114,8 @@ def score_nodes(
     table = None
     if memo is not None and not explain and not any(memo.reads(scope.policy).timed(rule.expression) for scope, rule in rules):
         table = memo.table(generation=policy_set.generation, verb="score", scopes=scopes, pod=pod)
+    if max_misses is not None and table is None and rules and len(nodes) > max_misses:
+        raise Offload(len(nodes))
     plan: list[Planned] | None = None  # bound to the pod when a node is not remembered
 
     def scored(node: Any, info: Any, name: str) -> NodeScore:
@@ -129,7 +134,7 @@ def score_nodes(
 
     if table is not None:
         try:
-            found = table.lookup(nodes, node_info, NO_NODE_INFO, scored, names=names)
+            found = table.lookup(nodes, node_info, NO_NODE_INFO, scored, names=names, max_misses=max_misses)
         except Overdue:
             # Past the deadline a rule counts as failed to evaluate: 0, or left out of the mean.
             result.scores = dict.fromkeys(node_names(nodes), 0)

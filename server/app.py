@@ -11,7 +11,6 @@ import asyncio
 import gc
 import contextlib
 import logging
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,12 +28,13 @@ from engine.equivalence import EquivalenceCache
 from . import introspection
 from .certificate import ServingCertificate
 from .decisionlog import DecisionLog
-from .extender import VERBS, json_response, verb
+from .extender import VERBS, json_response
 from .listeners import WEBHOOK_PATH, SurfaceGuard
-from .logs import request_id
+from .logs import new_request_id, request_id
 from .policystore import PolicyStore
 from .settings import Settings
 from .state import ServerState
+from .verbs import VerbDispatch, VerbEndpoint
 from .webhook import handle_admission
 
 
@@ -56,7 +56,7 @@ class RequestIdMiddleware:
         for key, value in scope.get("headers", []):
             if key == b"x-request-id":
                 rid = value.decode("latin-1")[:64]
-        rid = rid or uuid.uuid4().hex[:16]
+        rid = rid or new_request_id()
         token = request_id.set(rid)
 
         async def send_with_id(message: Message) -> None:
@@ -182,7 +182,8 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
     prefix = settings.prefix.rstrip("/")
     # Binding changes the cluster: served only when asked for (--bind), as kube-scheduler's bindVerb is.
     served = {name: handler for name, handler in VERBS.items() if name != "bind" or settings.bind}
-    routes = [Route(f"{prefix}/{name}", verb(name, handler), methods=["POST"], name=name) for name, handler in served.items()]
+    dispatch = VerbDispatch(None, prefix=prefix, verbs=served)  # for routes only: serve() never passes a request on
+    routes = [Route(f"{prefix}/{name}", VerbEndpoint(dispatch, name, handler), methods=["POST"], name=name) for name, handler in served.items()]
     routes += [
         Route("/healthz", introspection.healthz, methods=["GET"]),
         Route("/readyz", introspection.readyz, methods=["GET"]),
@@ -198,7 +199,8 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(SurfaceGuard, prefix=prefix), Middleware(RequestIdMiddleware)],
+        # The verbs' POSTs are served by the first layer (server.verbs), the rest by Starlette's stack.
+        middleware=[Middleware(VerbDispatch, prefix=prefix, verbs=served), Middleware(SurfaceGuard, prefix=prefix), Middleware(RequestIdMiddleware)],
         exception_handlers={HTTPException: _json_http_error},
     )
     app.state.kpe = state

@@ -13,7 +13,8 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
@@ -21,6 +22,7 @@ from starlette.responses import Response
 
 from engine.admission import admit
 from engine.deadline import Deadline
+from engine.equivalence import Offload
 from engine.filtering import filter_nodes
 from engine.preemption import preempt
 from engine.scoring import score_nodes
@@ -104,7 +106,11 @@ async def read_json(request: Request, limit: int) -> Any:
                 chunks.append(chunk)
     except TimeoutError:
         raise HTTPProblem(408, f"request body not received within {timeout:g} s (--body-timeout-s)") from None
-    raw = b"".join(chunks)
+    return parse_json(b"".join(chunks))
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body as JSON, or the 4xx that says why not."""
     if not raw.strip():
         raise HTTPProblem(400, "request body is empty; expected JSON")
     refused = implausible(raw)
@@ -121,55 +127,61 @@ def pod_label(pod: dict[str, Any]) -> str:
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
 
 
-Handler = Callable[[Request, ServerState], Awaitable[Response]]
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A verb's answer: the JSON body, its status and extra headers."""
+
+    data: Any
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
 
 
-def verb(name: str, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    """Wrap a verb: state, body errors as 400s, metrics and latency."""
+Handler = Callable[[Any, Deadline, ServerState], Awaitable[Answer]]
+"""A verb: the parsed JSON body, the request's deadline and the state in; the answer out."""
 
-    async def endpoint(request: Request) -> Response:
-        state: ServerState = request.app.state.kpe
-        start = time.perf_counter()
-        request.state.deadline = Deadline.after(state.settings.request_deadline_s, start=start)
+# Nodes a filter or prioritize may evaluate on the event loop. Most requests of the scheduler's
+# stream need a handful (the equivalence cache holds the rest): answered in place, they skip the
+# hand-off to the worker thread and back, about a fifth of kpe's CPU per scheduled pod. A request
+# with more waits for the worker, so a large evaluation never holds up the other listeners.
+INLINE_MISSES = 32
+T = TypeVar("T")
+
+
+async def evaluate(state: ServerState, verb: str, decide: Callable[[int | None], T]) -> T:
+    """``decide(max_misses)`` on the event loop when it is cheap and the worker is idle (so the
+    two never share the equivalence cache), else ``decide(None)`` on the worker thread."""
+    if state.worker.idle:
         try:
-            response = await handler(request, state)
-        except HTTPProblem as exc:
-            response = json_response({"Error": exc.message}, exc.status)
-        except WireError as exc:
-            response = json_response({"Error": f"invalid {name} request: {exc}"}, 400)
-        except Exception as exc:  # noqa: BLE001 - a bug must not take the worker down; the scheduler gets a clear error
-            log.exception("internal error in %s", name)
-            response = json_response({"Error": f"kpe internal error in {name}: {type(exc).__name__}: {exc}"}, 500)
-        state.metrics.requests.labels(name, str(response.status_code)).inc()
-        state.metrics.latency.labels(name).observe(time.perf_counter() - start)
-        return response
-
-    endpoint.__name__ = name
-    return endpoint
+            return decide(INLINE_MISSES)
+        except Offload:
+            pass
+    state.metrics.offloaded.labels(verb).inc()
+    return await state.worker.run(decide, None)
 
 
-async def handle_filter(request: Request, state: ServerState) -> Response:
+async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
-    args = decode_extender_args(await read_json(request, state.settings.max_body_bytes), "filter")
+    args = decode_extender_args(body, "filter")
     headers = {GENERATION_HEADER: policy_set.generation}
     failed: dict[str, str] = {}
     if args.nodes is not None:
         nodes = args.nodes
     else:
         if state.cache is None:
-            return json_response(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=NO_CLUSTER), headers=headers)
+            return Answer(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=NO_CLUSTER), headers=headers)
         unusable = cache_unusable(state)
         if unusable:
             # kube-scheduler reads a filter's Error from a 200 and fails the attempt (retried later).
-            return json_response(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=unusable), headers=headers)
+            return Answer(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=unusable), headers=headers)
         nodes, failed = state.resolve_nodes(args.node_names or [], "filter")
     state.metrics.nodes_per_request.labels("filter").observe(len(nodes) + len(failed))
     # Only cached nodes can be remembered: they are the same objects until the cache replaces them.
     memo = state.equivalence if args.nodes is None else None
     # The request's names are the resolved nodes' names when the cache knew them all.
     names = args.node_names if args.nodes is None and not failed else None
-    deadline = request.state.deadline
-    result = await state.worker.run(lambda: filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names))
+    result = await evaluate(
+        state, "filter", lambda limit: filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, max_misses=limit)
+    )
     state.count_overdue("filter", result.overdue)
     state.count_equivalence("filter", result.memo_hits, result.memo_misses)
     if failed:
@@ -201,12 +213,12 @@ async def handle_filter(request: Request, state: ServerState) -> Response:
             unresolvable=result.unresolvable,
         )
     state.record("filter", args.pod, policy_set.generation, passed=len(result.passed), failed=failed, unresolvable=result.unresolvable, policies=result.matched)
-    return json_response(answer, headers=headers)
+    return Answer(answer, headers=headers)
 
 
-async def handle_prioritize(request: Request, state: ServerState) -> Response:
+async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
-    args = decode_extender_args(await read_json(request, state.settings.max_body_bytes), "prioritize")
+    args = decode_extender_args(body, "prioritize")
     headers = {GENERATION_HEADER: policy_set.generation}
     if args.nodes is not None:
         nodes, order = args.nodes, [n["metadata"]["name"] for n in args.nodes]
@@ -222,18 +234,19 @@ async def handle_prioritize(request: Request, state: ServerState) -> Response:
     state.metrics.nodes_per_request.labels("prioritize").observe(len(order))
     memo = state.equivalence if args.nodes is None else None
     names = order if args.nodes is None and len(nodes) == len(order) else None  # every name resolved
-    deadline = request.state.deadline
-    result = await state.worker.run(lambda: score_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names))
+    result = await evaluate(
+        state, "prioritize", lambda limit: score_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, max_misses=limit)
+    )
     state.count_overdue("prioritize", result.overdue)
     state.count_equivalence("prioritize", result.memo_hits, result.memo_misses)
     state.metrics.count_rules("score", result.rule_counts, result.errors, [])
     state.record("prioritize", args.pod, policy_set.generation, scores=result.scores, policies=result.matched)
-    return json_response(host_priority_list(result.scores, order), headers=headers)
+    return Answer(host_priority_list(result.scores, order), headers=headers)
 
 
-async def handle_preempt(request: Request, state: ServerState) -> Response:
+async def handle_preempt(body: Any, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
-    args = decode_preemption_args(await read_json(request, state.settings.max_body_bytes))
+    args = decode_preemption_args(body)
     headers = {GENERATION_HEADER: policy_set.generation}
     candidates: dict[str, list[dict[str, Any]]] = {}
     rejected: dict[str, str] = {}
@@ -255,7 +268,6 @@ async def handle_preempt(request: Request, state: ServerState) -> Response:
             candidates[node] = [p for p in pods if p is not None]
     nodes = {name: state.cache.node(name) for name in candidates} if state.cache is not None else {}
     known = {k: v for k, v in nodes.items() if v is not None}
-    deadline = request.state.deadline
     result = await state.worker.run(lambda: preempt(policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline))
     state.count_overdue("preempt", result.overdue)
     rejected.update(result.rejected)
@@ -268,32 +280,32 @@ async def handle_preempt(request: Request, state: ServerState) -> Response:
         kept = {node: [u for u in sent.get(node, []) if u in set(ids)] for node, ids in kept.items()}
     kept = {node: ids for node, ids in kept.items() if ids}
     state.record("preempt", args.pod, policy_set.generation, candidates=sorted(kept), rejected=rejected)
-    return json_response(preemption_result(kept, args.pdb_violations), headers=headers)
+    return Answer(preemption_result(kept, args.pdb_violations), headers=headers)
 
 
-async def handle_bind(request: Request, state: ServerState) -> Response:
-    args = decode_binding_args(await read_json(request, state.settings.max_body_bytes))
+async def handle_bind(body: Any, deadline: Deadline, state: ServerState) -> Answer:
+    args = decode_binding_args(body)
     pod = f"{args.pod_namespace}/{args.pod_name}"
     if state.client is None:
         state.metrics.binds.labels("no-cluster").inc()
-        return json_response({"Error": "kpe has no cluster access, so it cannot bind pods: remove bindVerb or give kpe credentials"})
+        return Answer({"Error": "kpe has no cluster access, so it cannot bind pods: remove bindVerb or give kpe credentials"})
     from .kube import ApiError
 
     missing = await _missing_node(state, args.node)
     if missing:
         state.metrics.binds.labels("error").inc()
         state.decisions.record("bind", pod, state.store.current.generation, node=args.node, error=missing)
-        return json_response({"Error": missing})
+        return Answer({"Error": missing})
     try:
         await state.client.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
     except ApiError as exc:
         state.metrics.binds.labels("error").inc()
         message = without_uids(exc.message)
         state.decisions.record("bind", pod, state.store.current.generation, node=args.node, error=message)
-        return json_response({"Error": message})
+        return Answer({"Error": message})
     state.metrics.binds.labels("bound").inc()
     state.decisions.record("bind", pod, state.store.current.generation, node=args.node, error="")
-    return json_response({"Error": ""})
+    return Answer({"Error": ""})
 
 
 _UID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -327,9 +339,8 @@ async def _missing_node(state: ServerState, node: str) -> str:
     return ""
 
 
-async def handle_admit(request: Request, state: ServerState) -> Response:
+async def handle_admit(body: Any, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
-    body = await read_json(request, state.settings.max_body_bytes)
     if not isinstance(body, dict):
         raise WireError("admit request body must be a JSON object with Pod")
     pod = decode_pod(body)
@@ -344,7 +355,7 @@ async def handle_admit(request: Request, state: ServerState) -> Response:
         "ClusterView": "cache" if state.cache is not None else "none",
     }
     state.record("admit", pod, policy_set.generation, gates=result.gates, admitted=result.admitted)
-    return json_response(answer, headers={GENERATION_HEADER: policy_set.generation})
+    return Answer(answer, headers={GENERATION_HEADER: policy_set.generation})
 
 
 VERBS: dict[str, Handler] = {

@@ -27,6 +27,12 @@ class Metrics:
         )
         self.evaluations = Counter("kpe_rule_evaluations_total", "Rule evaluations per policy and rule", ["policy", "rule", "kind"], registry=r)
         self._evaluation_children: dict[tuple[str, str, str], Any] = {}
+        self._answered: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self.offloaded = Counter(
+            "kpe_worker_requests_total",
+            "Filter and prioritize requests evaluated on the worker thread (more nodes to evaluate than the event loop takes, or the worker busy)",
+            ["verb"], registry=r,
+        )
         self.errors = Counter("kpe_rule_errors_total", "Rule evaluation errors per policy and rule", ["policy", "rule", "kind"], registry=r)
         self.audit = Counter(
             "kpe_audit_would_reject_total", "Audit-mode rules that would have rejected a node, gate or victim", ["policy", "rule", "kind"], registry=r
@@ -69,6 +75,15 @@ class Metrics:
         self.binds = Counter("kpe_binds_total", "Bindings created, by result", ["result"], registry=r)
         self._generation_label = ""
         self._reloads_seen: dict[str, int] = {}
+
+    def answered(self, verb: str, status: int, seconds: float) -> None:
+        """One verb request answered: counted per status, its time in the latency histogram.
+        The children are kept: ``labels()`` per request was a measurable part of a cache hit."""
+        children = self._answered.get((verb, status))
+        if children is None:
+            children = self._answered[(verb, status)] = (self.requests.labels(verb, str(status)), self.latency.labels(verb))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def set_generation(self, generation: str, policies: int) -> None:
         if generation != self._generation_label:

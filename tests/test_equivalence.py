@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from engine.cel.timestamps import Timestamp
-from engine.equivalence import EquivalenceCache, TrackedNodeInfo, pod_paths
+from engine.equivalence import EquivalenceCache, Offload, TrackedNodeInfo, pod_paths
 from engine.filtering import FilterResult, filter_nodes
 from engine.loader import load, load_text
 from engine.nodeinfo import node_info_map
@@ -22,6 +22,7 @@ from engine.scoring import score_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR = 3600
+INLINE = 4  # max_misses of the limited requests in same_filter
 
 # Rules with errors under both failure policies, Audit rules, a rule that reads
 # the clock with no clock-free operand, and one that reads the pod's name.
@@ -118,8 +119,21 @@ def audits(result: FilterResult) -> list[tuple[str, str, str, str]]:
 
 
 def same_filter(policies: PolicySet, pod: dict[str, Any], nodes: list[dict[str, Any]], info: dict[str, Any], now: Timestamp, memo: EquivalenceCache) -> FilterResult:
+    # The server first tries a request on its event loop with a limit on the nodes to evaluate:
+    # over it, Offload comes before anything is evaluated or remembered; under it, the answer is whole.
+    offloaded: Offload | None = None
+    try:
+        limited: FilterResult | None = filter_nodes(policies, pod, nodes, node_info=info, now=now, memo=memo, max_misses=INLINE)
+    except Offload as exc:
+        offloaded, limited = exc, None
     remembered = filter_nodes(policies, pod, nodes, node_info=info, now=now, memo=memo)
     full = filter_nodes(policies, pod, nodes, node_info=info, now=now)
+    if offloaded is not None:
+        assert offloaded.misses > INLINE and remembered.memo_misses <= offloaded.misses
+    else:
+        assert limited is not None and limited.memo_misses <= INLINE
+        assert (limited.passed, limited.failed, limited.unresolvable, events(limited), audits(limited)) == (full.passed, full.failed, full.unresolvable, events(full), audits(full))
+        assert remembered.memo_misses == 0, "what the limited request evaluated was remembered"
     assert remembered.passed == full.passed
     assert remembered.failed == full.failed
     assert remembered.unresolvable == full.unresolvable
@@ -287,6 +301,11 @@ def test_the_cache_keeps_at_most_the_configured_number_of_classes() -> None:
         ("has(pod.spec.priorityClassName)", {("spec", "priorityClassName")}),
         ("[pod].size() == 1", {()}),
         ("node.metadata.name == 'x'", set()),
+        # A helper that declares what it reads of the pod: those fields (to the depth a fingerprint follows), not the name.
+        ("kube.podRequests(pod)[?'cpu'].orValue(0) > 1", {("spec", f) for f in ("containers", "initContainers", "resources", "overhead")}),
+        ("kube.podToleratesNodeTaints(pod, node)", {("spec", "tolerations")}),
+        ("strings.quote(pod.metadata.name) != ''", {("metadata", "name")}),
+        ("string(pod) != ''", {()}),
     ],
 )
 def test_the_fingerprint_covers_every_pod_field_an_expression_reads(expression: str, paths: set[tuple[str, ...]]) -> None:
@@ -395,3 +414,39 @@ def test_a_class_remembers_the_nodes_outside_the_current_window_of_names(tracked
         window = [nodes[(start + k) % 400] for k in range(100)]
         result = same_filter(policies, next(stream), window, info, at(12), memo)
         assert result.memo_misses == 0, "nothing changed: every node of every window is remembered"
+
+
+def test_over_http_a_request_the_cache_answers_skips_the_worker_thread_and_a_cold_one_uses_it(tmp_path: Path) -> None:
+    import time
+
+    import httpx
+
+    from server.app import create_app
+    from server.extender import INLINE_MISSES
+    from server.settings import Settings
+
+    from .fakeapi import FakeApiServer
+    from .serving import serve
+
+    names = [f"node-{i}" for i in range(INLINE_MISSES + 8)]
+    (tmp_path / "pools.yaml").write_text(POOL_POLICY)
+    with FakeApiServer(bookmark_interval=0.2) as api:
+        for i, name in enumerate(names):
+            api.state.add_node({"metadata": {"name": name, "labels": {"pool": "ml" if i % 2 else "web"}}})
+        settings = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on")
+        with serve(create_app(settings)) as url:
+            deadline = time.monotonic() + 10
+            while httpx.get(url + "/readyz").status_code != 200:
+                assert time.monotonic() < deadline, "kpe did not sync"
+                time.sleep(0.05)
+
+            def filter_and_count(i: int) -> float:
+                pod = {"metadata": {"name": f"web-{i}", "namespace": "apps", "uid": f"uid-web-{i}"}, "spec": {"containers": [{"name": "c"}]}}
+                answer = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "NodeNames": names}).json()
+                assert answer["NodeNames"] == names[1::2] and set(answer["FailedNodes"]) == set(names[::2])
+                metrics = httpx.get(url + "/metrics").text.splitlines()
+                return sum(float(line.rpartition(" ")[2]) for line in metrics if line.startswith('kpe_worker_requests_total{verb="filter"}'))
+
+            assert filter_and_count(1) == 1.0, f"{len(names)} nodes to evaluate: over {INLINE_MISSES}, the worker evaluates them"
+            assert filter_and_count(2) == 1.0, "the same class again: every node remembered, answered on the event loop"
+            assert filter_and_count(3) == 1.0

@@ -254,3 +254,39 @@ def test_the_other_listeners_answer_only_after_the_app_has_started() -> None:
         go.set()
         listeners.stop()
         thread.join(timeout=10)
+
+
+def test_a_response_written_in_pieces_within_one_step_leaves_as_one_write() -> None:
+    import asyncio
+
+    from server.listeners import CoalescedWrites
+
+    class Recording:
+        def __init__(self) -> None:
+            self.writes: list[bytes] = []
+            self.closed = False
+
+        def write(self, data: bytes) -> None:
+            self.writes.append(data)
+
+        def close(self) -> None:
+            self.closed = True
+
+        def get_extra_info(self, name: str) -> str:
+            return f"extra {name}"
+
+    async def scenario() -> None:
+        real = Recording()
+        transport = CoalescedWrites(real, asyncio.get_running_loop())  # type: ignore[arg-type]
+        transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+        transport.write(b"")
+        transport.write(b"{}")
+        assert real.writes == [], "nothing leaves before the step ends"
+        await asyncio.sleep(0)
+        assert real.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"]
+        transport.write(b"last words")
+        transport.close()
+        assert real.writes[-1] == b"last words" and real.closed, "closing sends what is pending first"
+        assert transport.get_extra_info("peername") == "extra peername"
+
+    asyncio.run(scenario())

@@ -100,3 +100,23 @@ def test_an_unexpected_exception_in_the_webhook_is_a_json_500(kpe: str, monkeypa
     monkeypatch.setattr(webhook, "_review", broken)
     response = httpx.post(kpe + "/admission/pods", json=review({}))
     assert (response.status_code, response.json()) == (500, {"error": "kpe internal error in the admission webhook: RuntimeError: boom"})
+
+
+def test_an_unexpected_exception_in_a_verb_is_a_json_500_with_the_request_id_on_a_connection_that_stays_open(kpe: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from server import extender
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(extender, "filter_nodes", broken)
+    address = urlparse(kpe)
+    conn = http.client.HTTPConnection(address.hostname or "", address.port)
+    conn.request("POST", "/scheduler/filter", body=json.dumps({"Pod": {}, "Nodes": N1}).encode(), headers={"X-Request-Id": "trace-7"})
+    response = conn.getresponse()
+    assert (response.status, json.loads(response.read())) == (500, {"Error": "kpe internal error in filter: RuntimeError: boom"})
+    assert response.getheader("x-request-id") == "trace-7" and response.getheader("content-type") == "application/json"
+    sock = conn.sock
+    status, answer = exchange(conn, "POST", "/scheduler/prioritize", json.dumps({"Pod": {}, "Nodes": N1}).encode())
+    assert status == 200 and answer == [{"Host": "n1", "Score": 0}]
+    assert conn.sock is sock
+    conn.close()
