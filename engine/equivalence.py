@@ -152,14 +152,17 @@ class ClassMemo:
         changed: list[int] | None = None
         version = node_info.version if isinstance(node_info, TrackedNodeInfo) else None
         same: list[bool] | None = None
-        moved: list[int] = []
+        moved: list[int] | None = []
         if previous is not None and len(previous.nodes) == len(nodes):
             # None: the caller passed the very list of last time (it resolved the same names again).
             same = None if nodes is previous.nodes else list(map(is_, nodes, previous.nodes))
-            moved = _falses(same) if same is not None else []
-        # Patching the last list pays when few positions moved; another window of the same
-        # length (kube-scheduler's next pod) goes to the general path below, which works in C.
-        if previous is not None and len(previous.nodes) == len(nodes) and len(moved) * 8 <= len(nodes):
+            # Counted in C first: another window of the same length (kube-scheduler's next pod)
+            # moves nearly every position, and listing them one by one would be wasted.
+            if same is not None:
+                moved = _falses(same) if same.count(False) * 8 <= len(nodes) else None
+        # Patching the last list pays when few positions moved; another window goes to the
+        # general path below, which works in C.
+        if previous is not None and len(previous.nodes) == len(nodes) and moved is not None:
             names = previous.names
             if moved:
                 names = names.copy()

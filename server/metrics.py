@@ -28,6 +28,7 @@ class Metrics:
         self.evaluations = Counter("kpe_rule_evaluations_total", "Rule evaluations per policy and rule", ["policy", "rule", "kind"], registry=r)
         self._evaluation_children: dict[tuple[str, str, str], Any] = {}
         self._answered: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.offloaded = Counter(
             "kpe_worker_requests_total",
             "Filter and prioritize requests evaluated on the worker thread (more nodes to evaluate than the event loop takes, or the worker busy)",
@@ -103,10 +104,23 @@ class Metrics:
                 if child is None:
                     child = children[(policy, rule, kind)] = self.evaluations.labels(policy, rule, kind)
                 child.inc(n)
-        for e in errors:
-            self.errors.labels(e.policy, e.rule, kind).inc()
-        for e in audit:
-            self.audit.labels(e.policy, e.rule, kind).inc()
+        # Errors replayed from the equivalence cache come by the hundred on some requests: one
+        # update per rule, through kept children.
+        for counter, events in ((self.errors, errors), (self.audit, audit)):
+            per_rule: dict[tuple[str, str], int] = {}
+            for e in events:
+                key = (e.policy, e.rule)
+                per_rule[key] = per_rule.get(key, 0) + 1
+            for (policy, rule), n in per_rule.items():
+                self._child(counter, policy, rule, kind).inc(n)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept: labels() validates and looks up its arguments on every call."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def count_reloads(self, totals: dict[str, int]) -> None:
         """Bring the reload counter up to the store's totals (the store counts in its worker thread)."""
@@ -123,7 +137,7 @@ class Metrics:
         counter = self.preemption_rejections if preemption else self.rejections
         for label, n in per_rule.items():
             policy, _, rule = label.partition("/")
-            counter.labels(policy, rule).inc(n)
+            self._child(counter, policy, rule).inc(n)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
