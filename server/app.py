@@ -192,6 +192,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         Route("/apis/v1/policies", introspection.policies, methods=["GET"]),
         Route("/apis/v1/nodes/{name}", introspection.node, methods=["GET"]),
         Route("/apis/v1/explain", introspection.explain_endpoint, methods=["POST"]),
+        Route("/apis/v1/explain", introspection.explain_pod, methods=["GET"], name="explain_pod"),
         Route("/apis/v1/decisions", introspection.decisions, methods=["GET"]),
         Route("/apis/v1/gated", introspection.gated, methods=["GET"]),
         Route(WEBHOOK_PATH, handle_admission, methods=["POST"], name="admission"),

@@ -1,6 +1,8 @@
-"""The ``kpe`` command: check, test and explain policies (serve comes with the server).
+"""The ``kpe`` command: check, test and explain policies (serve comes with the server;
+snapshot and diff in server.snapshot and server.impact).
 
-Exit codes: 0 clean, 1 policy errors or failed tests, 2 usage errors.
+Exit codes: 0 clean, 1 policy errors or failed tests (``kpe diff``: changes), 2 usage
+errors and inputs that cannot be read (a file, the cluster, a running kpe).
 """
 
 from __future__ import annotations
@@ -159,6 +161,14 @@ def read_objects(path: str) -> list[dict[str, Any]]:
 def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
     from engine.explain import explain
 
+    if args.target:
+        from .podexplain import cmd_explain_pod
+
+        return cmd_explain_pod(args, out, default_policies())
+    if not args.pod or not args.nodes:
+        raise UsageError("expected --pod FILE --nodes FILE, or pod NAMESPACE/NAME to explain a pod of the cluster")
+    if args.server:
+        raise UsageError("--server explains a pod of the cluster: kpe explain pod NAMESPACE/NAME --server URL")
     pods = read_objects(args.pod)
     if len(pods) != 1:
         raise UsageError(f"{args.pod} must hold exactly one pod, found {len(pods)}")
@@ -169,6 +179,13 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
     except PolicyLoadError as exc:
         out.write(exc.render() + "\n")
         return EXIT_FAILED
+    if args.output == "markdown":
+        from engine.diagnosis import diagnose
+
+        from .podexplain import write
+
+        write(diagnose(policy_set, pods[0], nodes, cluster_pods=cluster_pods).to_dict(), "markdown", out, limit=args.limit)
+        return EXIT_OK
     report = explain(policy_set, pods[0], nodes, cluster_pods=cluster_pods)
     if args.output == "json":
         json.dump(report.to_dict(), out, indent=2, default=str)
@@ -205,12 +222,21 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--output", choices=("text", "json"), default="text")
     test.set_defaults(run=cmd_test)
 
-    exp = sub.add_parser("explain", help="show what the policies decide for a pod on each node")
-    exp.add_argument("--pod", required=True, metavar="FILE", help="the pod (JSON or YAML)")
-    exp.add_argument("--nodes", required=True, metavar="FILE", help="nodes: a NodeList, a list, or YAML documents")
+    from .podexplain import add_explain_pod_arguments
+
+    exp = sub.add_parser(
+        "explain",
+        help="show what the policies decide for a pod on each node",
+        description="kpe explain --pod FILE --nodes FILE: a pod and nodes from files. "
+        "kpe explain pod NAMESPACE/NAME: a pod of the live cluster (--kubeconfig, in-cluster) or of a running kpe (--server).",
+    )
+    exp.add_argument("target", nargs="*", metavar="pod NAMESPACE/NAME", help="explain this pod of the cluster instead of files")
+    exp.add_argument("--pod", metavar="FILE", help="the pod (JSON or YAML)")
+    exp.add_argument("--nodes", metavar="FILE", help="nodes: a NodeList, a list, or YAML documents")
     exp.add_argument("--cluster-pods", metavar="FILE", help="pods already running (for nodeInfo and admission)")
     exp.add_argument("--policies", nargs="+", metavar="PATH", help="policy files or directories (default: the shipped policies)")
-    exp.add_argument("--output", choices=("table", "json"), default="table")
+    exp.add_argument("--output", choices=("table", "json", "markdown"), default="table")
+    add_explain_pod_arguments(exp)
     exp.set_defaults(run=cmd_explain)
 
     from .schedulerconfig import add_arguments as add_scheduler_config_arguments

@@ -12,8 +12,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from engine.diagnosis import diagnose
+from engine.diagnosisview import render_text
 from engine.explain import explain
 
+from .cache import is_projected
 from .extender import HTTPProblem, json_response, read_json
 from .state import ServerState
 from .wire import WireError, decode_extender_args
@@ -163,6 +166,37 @@ async def explain_endpoint(request: Request) -> Response:
     data = report.to_dict()
     data["unknownNodes"] = unknown
     data["text"] = report.render()
+    return json_response(data)
+
+
+@guarded
+async def explain_pod(request: Request) -> Response:
+    """``GET /apis/v1/explain?pod=NAMESPACE/NAME``: ``kpe explain pod`` for a pod in kpe's
+    cache, with the serving policy set and the cache's nodes and ``nodeInfo``, as the
+    extender verbs see them (``engine.diagnosis``)."""
+    state = _state(request)
+    wanted = request.query_params.get("pod", "")
+    namespace, _, name = wanted.partition("/")
+    if not namespace or not name or "/" in name:
+        return json_response({"error": f"pod must be NAMESPACE/NAME, not {wanted!r}"}, 400)
+    if state.cache is None:
+        return json_response({"error": "kpe runs without cluster access: it has no pod cache to find the pod in; use kpe explain pod with --kubeconfig"}, 503)
+    if not state.cache.synced.is_set():
+        return json_response({"error": "kpe's node and pod cache is not synced yet"}, 503)
+    cache = state.cache
+    policy_set = state.store.current
+    pods = cache.pods()
+    pod = next((p for p in pods if (p.get("metadata") or {}).get("namespace") == namespace and (p.get("metadata") or {}).get("name") == name), None)
+    if pod is None:
+        return json_response({"error": f"pod {wanted} is not in kpe's cache (deleted, or not seen yet)"}, 404)
+    nodes = cache.nodes()
+    # nodeInfo is rebuilt only in the evaluation worker (see server.worker).
+    diagnosis = await state.worker.run(lambda: diagnose(policy_set, pod, nodes, cluster_pods=pods, node_info=cache.node_info))
+    data = diagnosis.to_dict()
+    if is_projected(pod):
+        data["status"]["notes"].append("kpe's cache keeps only the fields its policies read of a bound pod: rules reading others see them missing.")
+    data["source"] = "kpe's cache"
+    data["text"] = render_text(data, limit=0)
     return json_response(data)
 
 
