@@ -251,7 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     sched.set_defaults(run=cmd_scheduler_config)
 
     from .serve import add_serve_command
+    from .snapshot import add_snapshot_command
 
+    add_snapshot_command(sub)
     add_serve_command(sub)
     return parser
 
