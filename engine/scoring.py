@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from itertools import compress
 from operator import attrgetter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from .deadline import Deadline, Overdue
 from .nodeinfo import node_name, node_names
 from .policy import PolicySet, ScoreRule
 
-_SCORE, _ERRORS = attrgetter("score"), attrgetter("errors")
+_SCORE, _ERRORS, _ENCODED = attrgetter("score"), attrgetter("errors"), attrgetter("encoded")
 MAX_EXTENDER_PRIORITY = 10
 RULE_MAX = 100
 
@@ -49,6 +49,7 @@ class NodeScore:
     contributions: list[Contribution] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
     errors: tuple[RuleEvent, ...] = ()
+    encoded: bytes = b""  # the node's entry of the answer, encoded once by score_nodes' ``encode``
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "score": self.score, "contributions": [c.to_dict() for c in self.contributions], "rules": [o.to_dict() for o in self.outcomes]}
@@ -66,6 +67,7 @@ class ScoreResult:
     memo_hits: int = 0  # nodes answered from the equivalence cache
     memo_misses: int = 0
     overdue: int = 0  # nodes scored 0 unevaluated: the request's deadline had passed
+    encoded: list[bytes] | None = None  # with ``encode``: each node's encoded entry, in the nodes' order
 
 
 def to_rule_score(value: Any) -> float:
@@ -100,12 +102,15 @@ def score_nodes(
     deadline: Deadline | None = None,
     names: list[str] | None = None,
     max_misses: int | None = None,
+    encode: Callable[[str, int], bytes] | None = None,
 ) -> ScoreResult:
     """Score ``nodes`` for ``pod``. With ``memo`` (and no score rule reading ``now``),
     a node's score is reused for pods of the same equivalence class while the node
     and its ``nodeInfo`` are the same objects (see ``engine.equivalence``). With
     ``max_misses``, a request that would evaluate more nodes than that raises
-    ``Offload`` before evaluating any."""
+    ``Offload`` before evaluating any. With ``encode`` (and the cache), each node's
+    ``encode(name, score)`` is kept with its score and ``encoded`` lists them in
+    order: an answer assembled without per-node work on a hit."""
     result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
     scopes = matching_scopes(policy_set, pod, request_inputs(pod, now))
     result.matched = [s.policy.name for s in scopes]
@@ -130,7 +135,10 @@ def score_nodes(
                 plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in rules]
                 if table is not None:
                     table.bound = plan
-        return _score_node(plan, counts, node, info, name, explain=explain)
+        outcome = _score_node(plan, counts, node, info, name, explain=explain)
+        if encode is not None and table is not None:
+            outcome.encoded = encode(name, outcome.score)
+        return outcome
 
     if table is not None:
         try:
@@ -152,6 +160,9 @@ def score_nodes(
         assert table.snapshot is not None
         table.snapshot.derived = (scores, eventful)
         result.scores.update(scores)
+        if encode is not None:
+            encoded = list(map(_ENCODED, found.results))
+            result.encoded = encoded if b"" not in encoded else None  # some remembered without it
         for i in eventful:
             result.errors += found.results[i].errors
     else:

@@ -36,6 +36,8 @@ from .wire import (
     decode_pod,
     decode_preemption_args,
     filter_result,
+    host_priority,
+    host_priority_json,
     host_priority_list,
     preemption_result,
 )
@@ -134,6 +136,7 @@ class Answer:
     data: Any
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
+    encoded: bytes | None = None  # ``data`` already encoded as JSON (sent instead of encoding it)
 
 
 Handler = Callable[[Any, Deadline, ServerState], Awaitable[Answer]]
@@ -174,7 +177,7 @@ async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> An
             # kube-scheduler reads a filter's Error from a 200 and fails the attempt (retried later).
             return Answer(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=unusable), headers=headers)
         nodes, failed = state.resolve_nodes(args.node_names or [], "filter")
-    state.metrics.nodes_per_request.labels("filter").observe(len(nodes) + len(failed))
+    state.metrics.observe_nodes("filter", len(nodes) + len(failed))
     # Only cached nodes can be remembered: they are the same objects until the cache replaces them.
     memo = state.equivalence if args.nodes is None else None
     # The request's names are the resolved nodes' names when the cache knew them all.
@@ -231,16 +234,23 @@ async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -
             raise HTTPProblem(503, unusable)
         order = list(args.node_names or [])
         nodes, _unknown = state.resolve_nodes(order, "prioritize")
-    state.metrics.nodes_per_request.labels("prioritize").observe(len(order))
+    state.metrics.observe_nodes("prioritize", len(order))
     memo = state.equivalence if args.nodes is None else None
     names = order if args.nodes is None and len(nodes) == len(order) else None  # every name resolved
     result = await evaluate(
-        state, "prioritize", lambda limit: score_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, max_misses=limit)
+        state,
+        "prioritize",
+        lambda limit: score_nodes(
+            policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, max_misses=limit, encode=host_priority
+        ),
     )
     state.count_overdue("prioritize", result.overdue)
     state.count_equivalence("prioritize", result.memo_hits, result.memo_misses)
     state.metrics.count_rules("score", result.rule_counts, result.errors, [])
     state.record("prioritize", args.pod, policy_set.generation, scores=result.scores, policies=result.matched)
+    if result.encoded is not None and names is not None:
+        # Every name resolved, in the request's order: the remembered entries are the answer.
+        return Answer(None, headers=headers, encoded=host_priority_json(result.encoded))
     return Answer(host_priority_list(result.scores, order), headers=headers)
 
 

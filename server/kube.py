@@ -238,9 +238,13 @@ class KubeClient:
                     on_open()
                 buffer = b""
                 async for chunk in response.aiter_bytes():
-                    buffer += chunk
-                    while b"\n" in buffer:
-                        line, buffer = buffer.split(b"\n", 1)
+                    if b"\n" not in chunk:
+                        buffer += chunk  # part of an event: pods are several KiB
+                        continue
+                    # One split per chunk: a chunk holds many events after a relist or in a burst.
+                    lines = (buffer + chunk).split(b"\n") if buffer else chunk.split(b"\n")
+                    buffer = lines.pop()
+                    for line in lines:
                         if line.strip():
                             yield _event(line)
                 if buffer.strip():

@@ -114,6 +114,9 @@ class Metrics:
             for (policy, rule), n in per_rule.items():
                 self._child(counter, policy, rule, kind).inc(n)
 
+    def observe_nodes(self, verb: str, nodes: int) -> None:
+        self._child(self.nodes_per_request, verb).observe(nodes)
+
     def _child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, kept: labels() validates and looks up its arguments on every call."""
         key = (id(metric), labels)

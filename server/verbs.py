@@ -115,7 +115,7 @@ class VerbDispatch:
             state.metrics.answered(name, answer.status, time.perf_counter() - start)
             headers = [(b"x-request-id", rid.encode("latin-1"))]
             headers += [(key.lower().encode("latin-1"), value.encode("latin-1")) for key, value in answer.headers.items()]
-            await _send(send, answer.status, orjson.dumps(answer.data), headers)
+            await _send(send, answer.status, answer.encoded if answer.encoded is not None else orjson.dumps(answer.data), headers)
         finally:
             request_id.reset(token)
 

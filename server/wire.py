@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 
 class WireError(ValueError):
     """A request body kpe cannot use; the message names the field."""
@@ -359,6 +361,17 @@ def filter_result(
 
 def host_priority_list(scores: Mapping[str, int], order: list[str]) -> list[dict[str, Any]]:
     return [{"Host": name, "Score": int(scores.get(name, 0))} for name in order]
+
+
+def host_priority(name: str, score: int) -> bytes:
+    """One HostPriority of a prioritize answer, encoded: kept with each remembered score,
+    so an answer is the remembered entries joined (``host_priority_json``)."""
+    return orjson.dumps({"Host": name, "Score": int(score)})
+
+
+def host_priority_json(entries: list[bytes]) -> bytes:
+    """A HostPriorityList from encoded entries, in order."""
+    return b"[" + b",".join(entries) + b"]"
 
 
 def preemption_result(victims: Mapping[str, list[str]], pdb: Mapping[str, int]) -> dict[str, Any]:

@@ -488,3 +488,23 @@ def test_an_unreachable_api_server_is_an_api_error_with_status_0(tmp_path: Path)
             assert failed.value.status == 0 and failed.value.reason == "Unreachable"
 
     run(body)
+
+
+def test_watch_events_cut_anywhere_by_the_stream_reach_the_cache_whole_and_in_order(api: FakeApiServer, kubeconfig: str) -> None:
+    # Chunks of a chunked response need not follow event boundaries: one may end mid-event,
+    # the next hold the rest and several more events (a burst after a relist does that).
+    api.state.add_node(node("node-1"))
+    api.state.watch_chunk_bytes = 333
+
+    async def body() -> None:
+        async with cache_on(kubeconfig) as (_client, cache):
+            for i in range(30):
+                api.state.add_pod(pod(f"web-{i:02d}", cpu=f"{i + 1}m", nodeName="node-1"))
+            api.state.delete("pods", "web-07", "demo")
+            await eventually(lambda: cache.node_info.get("node-1", {}).get("podCount") == 29, what="29 pods on node-1")
+            cached = {p["metadata"]["name"]: p for p in cache.pods()}
+            assert sorted(cached) == [f"web-{i:02d}" for i in range(30) if i != 7]
+            assert all(p["spec"]["containers"][0]["resources"]["requests"]["cpu"] == f"{int(name[4:]) + 1}m" for name, p in cached.items())
+            assert cache.node_info["node-1"]["requested"]["cpu"] == f"{sum(range(1, 31)) - 8}m"
+
+    run(body)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from engine.cel.timestamps import Timestamp
@@ -19,6 +20,7 @@ from engine.loader import load, load_text
 from engine.nodeinfo import node_info_map
 from engine.policy import PolicySet
 from engine.scoring import score_nodes
+from server.wire import host_priority, host_priority_json
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR = 3600
@@ -170,7 +172,7 @@ def test_remembered_answers_equal_full_evaluation_through_every_kind_of_change(t
     templates[1]["metadata"]["labels"]["team"] = "search"
     streams = [replicas(t) for t in templates]
     hour = 1.0
-    reused = 0
+    reused = encoded_answers = 0
     for step in range(150):
         change = rng.choice(["node", "node-info", "clock", "order", "remove", "none", "none"])
         if change == "node":
@@ -198,10 +200,15 @@ def test_remembered_answers_equal_full_evaluation_through_every_kind_of_change(t
         pod = next(rng.choice(streams))
         result = same_filter(policies, pod, nodes, info, at(hour), memo)
         reused += result.memo_hits
-        scored = score_nodes(policies, pod, nodes, node_info=info, now=at(hour), memo=memo)
+        scored = score_nodes(policies, pod, nodes, node_info=info, now=at(hour), memo=memo, encode=host_priority)
         assert scored.scores == score_nodes(policies, pod, nodes, node_info=info, now=at(hour)).scores
+        if scored.encoded is not None:  # the answer kpe sends, assembled from remembered entries
+            names = [n["metadata"]["name"] for n in nodes]
+            assert orjson.loads(host_priority_json(scored.encoded)) == [{"Host": n, "Score": scored.scores[n]} for n in names]
+            encoded_answers += 1
         assert events(scored) == events(score_nodes(policies, pod, nodes, node_info=info, now=at(hour)))
     assert reused > 150 * 100 // 2, "most answers should come from the cache in this walk"
+    assert encoded_answers > 100, "most prioritize answers are assembled from remembered entries"
 
 
 def test_replicas_share_results_but_a_policy_reading_the_name_tells_one_apart() -> None:

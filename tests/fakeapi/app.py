@@ -260,6 +260,7 @@ class FakeApiApp:
         deadline = loop.time() + timeout if timeout else None
         interval = state.bookmark_interval
         next_bookmark = loop.time() + interval
+        carry = b""
         try:
             while True:
                 now = loop.time()
@@ -274,8 +275,18 @@ class FakeApiApp:
                         state.bookmark(w)
                         next_bookmark = now + interval
                     continue
-                if kind == "data":
+                if kind == "data" and not state.watch_chunk_bytes:
                     await send({"type": "http.response.body", "body": data, "more_body": True})
+                elif kind == "data":
+                    # Fault injection: the stream cut at a fixed size regardless of event
+                    # boundaries, so chunks end mid-event and hold several events.
+                    carry += data
+                    while len(carry) >= state.watch_chunk_bytes:
+                        await send({"type": "http.response.body", "body": carry[: state.watch_chunk_bytes], "more_body": True})
+                        carry = carry[state.watch_chunk_bytes :]
+                    if carry and w.queue.empty():
+                        await send({"type": "http.response.body", "body": carry, "more_body": True})
+                        carry = b""
                 elif kind == "end":
                     break
                 elif kind == "gone":

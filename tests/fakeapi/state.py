@@ -37,6 +37,7 @@ class State:
                  clock: Callable[[], dt.datetime] | None = None) -> None:
         self.lock = threading.RLock()
         self.bookmark_interval = bookmark_interval
+        self.watch_chunk_bytes = 0  # > 0: watch streams are cut into chunks of this size (fault injection)
         self.pod_defaults = pod_defaults
         self.graceful_pod_deletion = graceful_pod_deletion
         self.priority_classes = {"system-cluster-critical": 2000000000, "system-node-critical": 2000001000,
