@@ -250,10 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_scheduler_config_arguments(sched)
     sched.set_defaults(run=cmd_scheduler_config)
 
+    from .impact import add_diff_command
     from .serve import add_serve_command
     from .snapshot import add_snapshot_command
 
     add_snapshot_command(sub)
+    add_diff_command(sub)
     add_serve_command(sub)
     return parser
 
