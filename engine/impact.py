@@ -14,7 +14,8 @@ from the pods on them, the same ``now``), and the differences are reported:
   a gate the new set would hold them at if they were created again;
 - ``preemption``: for a pod no node can take under either set, the nodes where
   eviction could make room (``engine.diagnosis.preemption_verdicts``) change;
-- ``ranking``: the best-scored nodes (``top``) come in another order.
+- ``ranking``: the best-scored nodes (``top``) of those both sets keep come in
+  another order (a node lost or gained is reported as such, not as a ranking change).
 
 A running pod is decided as if it were created again: without ``spec.nodeName``,
 and on a cluster where its node does not count it. The sample is the ``sample``
@@ -171,8 +172,8 @@ def _grouped_text(grouped: Mapping[str, list[str]]) -> str:
     return "; ".join(f"{rule} ({len(names)}: {_names(names)})" for rule, names in grouped.items())
 
 
-def _top(decision: Decision, top: int) -> list[tuple[str, int]]:
-    return sorted(((n, decision.scores.get(n, 0)) for n in decision.feasible), key=lambda ns: (-ns[1], ns[0]))[:top]
+def _top(decision: Decision, top: int, among: set[str]) -> list[tuple[str, int]]:
+    return sorted(((n, decision.scores.get(n, 0)) for n in decision.feasible if n in among), key=lambda ns: (-ns[1], ns[0]))[:top]
 
 
 def compare(label: str, pod: Mapping[str, Any], old: Decision, new: Decision, *, top: int, running_on: str = "") -> list[Change]:
@@ -210,7 +211,9 @@ def compare(label: str, pod: Mapping[str, Any], old: Decision, new: Decision, *,
                 text += f" ({first[0]}: {first[1]})"
             add("preemption", text, before=before, after=after, refused=refused)
     if old.feasible and new.feasible:
-        was, now_ = _top(old, top), _top(new, top)
+        # Among the nodes both sets keep: a node lost or gained is reported as such.
+        common = set(old.feasible) & set(new.feasible)
+        was, now_ = _top(old, top, common), _top(new, top, common)
         if [n for n, _ in was] != [n for n, _ in now_]:
             add("ranking", f"best nodes {_ranked(was)} -> {_ranked(now_)}", before=[list(x) for x in was], after=[list(x) for x in now_])
     return out

@@ -87,7 +87,7 @@ def test_kpe_diff_on_the_live_cluster_lists_each_change_and_exits_1(live: Live, 
     assert code == 1
     lines = out.splitlines()
     assert lines[0].startswith("kpe diff ") and lines[0].endswith(f"on the cluster (kubeconfig {live.kubeconfig})")
-    assert lines[1] == "3 pods change, of the 4 pending pods and 2 of 2 running pods on 4 nodes: 1 would become unschedulable, 1 lose nodes, 1 preemption changes, 1 ranking changes"
+    assert lines[1] == "3 pods change, of the 4 pending pods and 2 of 2 running pods on 4 nodes: 1 would become unschedulable, 1 lose nodes, 1 preemption changes"
     assert lines[3].split() == ["POD", "CHANGE", "DETAIL"]
     assert lines[4].startswith("ml/big (on gpu-1)  unschedulable  no node can take it any more")
 
@@ -129,7 +129,7 @@ def test_the_markdown_fits_a_pull_request_comment(live: Live, proposed: str) -> 
     assert lines[0] == f"### :x: kpe diff `{load_text(POLICIES.read_text()).generation}` → `{lines[0].split('`')[3]}`"
     assert "| pod | change | detail |" in lines
     assert sum(1 for line in lines if line.startswith("| ml/")) == 1
-    assert lines[-1] == "_... and 3 more: 1 nodes-lost, 1 preemption, 1 ranking; `kpe diff --output json` lists them all._"
+    assert lines[-1] == "_... and 2 more: 1 nodes-lost, 1 preemption; `kpe diff --output json` lists them all._"
     _, unchanged = live.kpe("diff", "--from", str(POLICIES), "--to", str(POLICIES), "--kubeconfig", live.kubeconfig, "--output", "markdown")
     assert unchanged.startswith("### :white_check_mark: kpe diff ")
 
