@@ -36,7 +36,7 @@ from .nodeinfo import node_name, node_names
 from .policy import Expression
 
 if TYPE_CHECKING:
-    from .evaluation import PolicyScope
+    from .evaluation import Outcome, PolicyScope
     from .policy import Policy
 
 Path = tuple[str, ...]
@@ -258,6 +258,9 @@ class EquivalenceCache:
         self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
         self._reads: dict[str, PolicyReads] = {}
         self._paths: dict[tuple[str, ...], tuple[Path, ...]] = {}
+        # (policy name, pod fingerprint) -> (the policy, its match outcome); the policy object tells
+        # a new generation's policy of the same name from the old one.
+        self._matches: dict[tuple[str, bytes], tuple[Policy, Outcome]] = {}
 
     def __len__(self) -> int:
         return len(self._tables)
@@ -272,6 +275,7 @@ class EquivalenceCache:
             self._tables.clear()
             self._reads.clear()
             self._paths.clear()
+            self._matches.clear()
         names = tuple(s.policy.name for s in scopes)
         paths = self._paths.get(names)
         if paths is None:
@@ -292,11 +296,33 @@ class EquivalenceCache:
             self._tables.move_to_end(key)
         return table
 
+    def match(self, policy: Policy, pod: Mapping[str, Any], evaluate: Callable[[], Outcome]) -> Outcome:
+        """The outcome of ``policy``'s match expression for ``pod``: remembered for pods that
+        agree on every field the policy reads (match expression, variables and rules: a
+        superset of what the match reads), unless it reads ``now``. Replicas of one pod
+        template share it, so a request no longer binds and runs every match expression."""
+        reads = self.reads(policy)
+        if self.classes <= 0 or reads.match_paths is None:
+            return evaluate()
+        fingerprint = pod_fingerprint(pod, reads.match_paths)
+        if fingerprint is None:
+            return evaluate()
+        key = (policy.name, fingerprint)
+        found = self._matches.get(key)
+        if found is None or found[0] is not policy:
+            if len(self._matches) >= MATCHES_KEPT:
+                self._matches.clear()
+            found = self._matches[key] = (policy, evaluate())
+        return found[1]
+
     def reads(self, policy: Policy) -> PolicyReads:
         found = self._reads.get(policy.name)
         if found is None or found.policy is not policy:  # a new generation's policy of the same name
             found = self._reads[policy.name] = PolicyReads(policy)
         return found
+
+
+MATCHES_KEPT = 4096  # remembered match outcomes, all forgotten at once past this
 
 
 class PolicyReads:
@@ -313,6 +339,11 @@ class PolicyReads:
         self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root))
         self._timed: dict[str, bool] = {}
         self._guards: dict[str, Expression | None] = {}
+        match = policy.match.expression
+        # What a match expression's outcome is remembered by (None: it reads now, so never).
+        self.match_paths: tuple[Path, ...] | None = None
+        if match is not None and not self.timed(match):
+            self.match_paths = tuple(sorted(self.pod_paths | frozenset(pod_paths(match.root))))
 
     def timed(self, *expressions: Expression | None) -> bool:
         """Whether any of the expressions reads ``now``, directly or through a policy variable."""

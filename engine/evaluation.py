@@ -213,8 +213,16 @@ def requested_resources(pod: Mapping[str, Any]) -> set[str]:
     return names
 
 
-def matching_scopes(policy_set: PolicySet, pod: Mapping[str, Any], fixed: Mapping[str, Any], *, explain: list[Outcome] | None = None) -> list[PolicyScope]:
-    """The policies that apply to ``pod``, each as a scope ready to evaluate."""
+MatchMemo = Callable[[Policy, Mapping[str, Any], Callable[[], "Outcome"]], "Outcome"]
+"""``memo(policy, pod, evaluate)``: the outcome of the policy's match expression for the pod,
+``evaluate()``'s or one remembered for an equivalent pod (``EquivalenceCache.match``)."""
+
+
+def matching_scopes(
+    policy_set: PolicySet, pod: Mapping[str, Any], fixed: Mapping[str, Any], *, explain: list[Outcome] | None = None, memo: MatchMemo | None = None
+) -> list[PolicyScope]:
+    """The policies that apply to ``pod``, each as a scope ready to evaluate. With ``memo``
+    (not with ``explain``), match expressions' outcomes are remembered for equivalent pods."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     labels = meta.get("labels") or {}
@@ -233,7 +241,12 @@ def matching_scopes(policy_set: PolicySet, pod: Mapping[str, Any], fixed: Mappin
                 continue
         scope = PolicyScope(policy, fixed)
         if match.expression is not None:
-            outcome = run_rule(scope, match.expression, {}, None, rule="match", kind="match", timed=explain is not None)
+            expression = match.expression
+
+            def evaluate(scope: PolicyScope = scope, expression: Expression = expression) -> Outcome:
+                return run_rule(scope, expression, {}, None, rule="match", kind="match", timed=explain is not None)
+
+            outcome = memo(policy, pod, evaluate) if memo is not None and explain is None else evaluate()
             if outcome.error is not None:
                 # failurePolicy Fail: apply the policy (its rules decide); Ignore: skip it.
                 outcome.effect = "applies (error, failurePolicy Fail)" if policy.fail_closed else "skipped (error, failurePolicy Ignore)"

@@ -95,7 +95,7 @@ def filter_nodes(
     ``nodeInfo`` are the same objects (see ``engine.equivalence``)."""
     result = FilterResult(generation=policy_set.generation, explanation=[] if explain else None)
     match_log: list[Outcome] | None = [] if explain else None
-    scopes = matching_scopes(policy_set, pod, request_inputs(pod, now), explain=match_log)
+    scopes = matching_scopes(policy_set, pod, request_inputs(pod, now), explain=match_log, memo=memo.match if memo is not None else None)
     result.matched = [s.policy.name for s in scopes]
     result.match_outcomes = match_log or []
     ordered: list[tuple[PolicyScope, FilterRule]] = []

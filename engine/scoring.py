@@ -112,7 +112,7 @@ def score_nodes(
     ``encode(name, score)`` is kept with its score and ``encoded`` lists them in
     order: an answer assembled without per-node work on a hit."""
     result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
-    scopes = matching_scopes(policy_set, pod, request_inputs(pod, now))
+    scopes = matching_scopes(policy_set, pod, request_inputs(pod, now), memo=memo.match if memo is not None else None)
     result.matched = [s.policy.name for s in scopes]
     rules = [(scope, rule) for scope in scopes for rule in scope.policy.scores]
     counts = [0] * len(rules)

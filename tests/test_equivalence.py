@@ -76,6 +76,32 @@ spec:
     message: "day nodes sleep before 06:00"
 """
 
+# Match expressions: one reads the pod's name (replicas differ), one the clock (never remembered).
+MATCHES = """
+---
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: zz-odd-replicas}
+spec:
+  match:
+    expression: "int(pod.metadata.name.split('-')[1]) % 2 == 1"
+  filters:
+  - name: odd-replicas-off-r1
+    expression: "node.metadata.?labels[?'rack'].orValue('') != 'r1'"
+    message: odd replicas stay off rack r1
+---
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: zz-mornings}
+spec:
+  match:
+    expression: "now.getHours() < 12"
+  filters:
+  - name: mornings-off-r2
+    expression: "node.metadata.?labels[?'rack'].orValue('') != 'r2'"
+    message: mornings keep off rack r2
+"""
+
 
 def load_bench_cluster() -> Any:
     spec = importlib.util.spec_from_file_location("bench_cluster", ROOT / "bench" / "cluster.py")
@@ -159,7 +185,7 @@ def replicas(template: dict[str, Any]) -> Iterator[dict[str, Any]]:
 @pytest.mark.parametrize("tracked", [False, True], ids=["plain-node-info", "tracked-node-info"])
 def test_remembered_answers_equal_full_evaluation_through_every_kind_of_change(tracked: bool) -> None:
     rng = random.Random(5)
-    policies = policy_set()
+    policies = policy_set(EXTRA + MATCHES)
     nodes = with_windows(cluster.nodes(120), rng)
     pods = cluster.pods_on(nodes)
     info: dict[str, Any] = node_info_map(nodes, pods)
