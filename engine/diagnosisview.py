@@ -79,7 +79,9 @@ def verdict_line(data: dict[str, Any]) -> str:
             reasons[f"{r} (kube-scheduler)"] += 1
     counted = ", ".join(f"{k} x{v}" for k, v in reasons.most_common())
     helps = [n["node"] for n in nodes if (n.get("eviction") or {}).get("possible")]
-    line = f"verdict: no node can take the pod now: {len(by_kpe)} of {len(nodes)} rejected by kpe's policies, {len(by_kube)} more by kube-scheduler's own filters (not kpe's)"
+    line = f"verdict: no node can take the pod now: {len(by_kpe)} of {len(nodes)} rejected by kpe's policies"
+    if by_kube:
+        line += f", {len(by_kube)} more by kube-scheduler's own filters (not kpe's)"
     if counted:
         line += f"; {counted}"
     line += "; eviction could help on " + ", ".join(helps[:5]) + (f" and {len(helps) - 5} more" if len(helps) > 5 else "") if helps else "; no eviction helps"

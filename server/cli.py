@@ -1,8 +1,8 @@
 """The ``kpe`` command: check, test and explain policies (serve comes with the server;
 snapshot and diff in server.snapshot and server.impact).
 
-Exit codes: 0 clean, 1 policy errors or failed tests (``kpe diff``: changes), 2 usage
-errors and inputs that cannot be read (a file, the cluster, a running kpe).
+Exit codes: 0 clean, 1 policy errors or failed tests, 2 usage errors and inputs that
+cannot be read (a file, the cluster, a running kpe).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -47,16 +48,21 @@ def get_json(args: argparse.Namespace, path: str, params: dict[str, str] | None 
     if getattr(args, "insecure_skip_tls_verify", False):
         verify = False
     elif getattr(args, "ca_file", None):
-        verify = str(args.ca_file)
+        try:
+            verify = ssl.create_default_context(cafile=str(args.ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise UsageError(f"--ca-file: cannot load {args.ca_file}: {exc}") from None
     extensions = {"sni_hostname": args.tls_server_name} if getattr(args, "tls_server_name", None) else None
     try:
         with httpx.Client(verify=verify, timeout=TIMEOUT_S) as client:
             response = client.get(base + path, params=params, extensions=extensions)
     except httpx.HTTPError as exc:
-        raise UsageError(
-            f"cannot reach kpe at {base}: {type(exc).__name__}: {exc} (its introspection listener is on loopback "
-            "by default: kubectl port-forward to it, see docs/operations.md)"
-        ) from None
+        hint = (
+            "check --ca-file, and --tls-server-name when the URL is a port-forward"
+            if "CERTIFICATE_VERIFY_FAILED" in str(exc)
+            else "its introspection listener is on loopback by default: kubectl port-forward to it, see docs/operations.md"
+        )
+        raise UsageError(f"cannot reach kpe at {base}: {type(exc).__name__}: {exc} ({hint})") from None
     except (OSError, ValueError) as exc:  # a CA file that cannot be read
         raise UsageError(f"cannot connect to kpe at {base}: {exc}") from None
     try:

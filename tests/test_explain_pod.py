@@ -180,3 +180,23 @@ def test_a_kpe_without_cluster_access_says_it_has_no_pod_cache(tmp_path: Path) -
     with serve(app) as url:
         answer = httpx.get(url + "/apis/v1/explain", params={"pod": "ml/train"})
     assert answer.status_code == 503 and "no pod cache" in answer.json()["error"]
+
+
+def test_over_https_kpe_s_certificate_is_checked_against_the_name_given_for_a_port_forward(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import trustme
+
+    from server.cli import main
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("kpe.kpe-system.svc")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    app = create_app(Settings(policies=str(POLICIES), cluster="off"))
+    with serve(app, ssl_certfile=str(tmp_path / "tls.crt"), ssl_keyfile=str(tmp_path / "tls.key")) as url:
+        argv = ["explain", "pod", "ml/train", "--server", url, "--ca-file", str(tmp_path / "ca.crt")]
+        assert main(argv) == 2
+        assert "certificate is not valid for '127.0.0.1'" in capsys.readouterr().err
+        # The right name: the connection is made, and this kpe (no cluster access) answers why it cannot explain.
+        assert main([*argv, "--tls-server-name", "kpe.kpe-system.svc"]) == 2
+        assert "answered 503 to GET /apis/v1/explain: kpe runs without cluster access" in capsys.readouterr().err
