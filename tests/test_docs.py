@@ -39,7 +39,7 @@ gen = load_generator()
 # -- generated reference ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["policy.md", "settings.md"])
+@pytest.mark.parametrize("name", ["policy.md", "settings.md", "cli.md"])
 def test_generated_reference_is_current(name: str) -> None:
     path = ROOT / "docs" / "reference" / name
     expected: str = gen.outputs()[path]
@@ -98,6 +98,19 @@ def test_settings_reference_names_every_flag_and_variable() -> None:
         row = next(line for line in text.splitlines() if line.startswith(f"| `{f.name}` |"))
         assert f"`{flag}" in row and f"`{env_name(f.name)}`" in row
         assert str(f.metadata["help"]) in row
+
+
+def test_the_cli_reference_names_every_command_and_option() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    text = gen.render_cli_reference()
+    for name, command in sub.choices.items():
+        assert f"## `kpe {name}`" in text
+        if name != "serve":  # its options are the settings reference
+            for action in command._actions:
+                for option in action.option_strings:
+                    assert option in ("-h", "--help") or f"`{option}`" in text, (name, option)
+    assert "Exit codes: 0 no change (or none that `--fail-on` counts), 1 changes" in text
 
 
 def test_generator_check_mode() -> None:
