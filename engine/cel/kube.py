@@ -54,6 +54,7 @@ from typing import Any, Final
 
 from .errors import EvalError, no_such_overload
 from .quantity import DECIMAL_SI, Quantity, _add, _negated, parse_quantity
+from .runtime import Unbound
 from .values import INT64_MAX, INT64_MIN, type_name
 
 ZERO: Final = Quantity(0, 0, False, DECIMAL_SI)
@@ -111,7 +112,16 @@ def _object(value: Any, fn: str, *args: Any) -> _Obj:
     """A pod, node, toleration, taint or selector argument: a map, else no such overload."""
     if isinstance(value, dict):
         return value
-    raise no_such_overload(fn, *args)
+    raise _no_overload(fn, *args)
+
+
+def _no_overload(fn: str, *args: Any) -> EvalError:
+    """No such overload; but a variable without a value (``nodeInfo`` where kpe runs without
+    its cache) says so, as reading it anywhere else does."""
+    for arg in args:
+        if type(arg) is Unbound:
+            arg._fail()
+    return no_such_overload(fn, *args)
 
 
 def _quantity(value: Any, fn: str, where: str) -> Quantity:
@@ -297,7 +307,7 @@ def pod_requests_fn(*args: Any) -> Any:
         return pod_requests(args[0])
     if len(args) == 2 and isinstance(args[0], dict) and type(args[1]) is str:
         return pod_requests(args[0]).get(args[1], ZERO)
-    raise no_such_overload("kube.podRequests", *args)
+    raise _no_overload("kube.podRequests", *args)
 
 
 # -- taints and tolerations ----------------------------------------------------------
@@ -331,14 +341,14 @@ def _any_tolerates(tolerations: Iterable[_Obj], taint: _Obj, fn: str) -> bool:
 def tolerates_taint_fn(*args: Any) -> bool:
     fn = "kube.toleratesTaint"
     if len(args) != 2:
-        raise no_such_overload(fn, *args)
+        raise _no_overload(fn, *args)
     return tolerates(_object(args[0], fn, *args), _object(args[1], fn, *args), fn)
 
 
 def pod_tolerates_taint_fn(*args: Any) -> bool:
     fn = "kube.podToleratesTaint"
     if len(args) != 2:
-        raise no_such_overload(fn, *args)
+        raise _no_overload(fn, *args)
     pod, taint = _object(args[0], fn, *args), _object(args[1], fn, *args)
     return _any_tolerates(_tolerations(pod, fn), taint, fn)
 
@@ -358,14 +368,14 @@ def untolerated_taints(pod: _Obj, node: _Obj, fn: str) -> list[_Obj]:
 def untolerated_taints_fn(*args: Any) -> list[_Obj]:
     fn = "kube.untoleratedTaints"
     if len(args) != 2:
-        raise no_such_overload(fn, *args)
+        raise _no_overload(fn, *args)
     return untolerated_taints(_object(args[0], fn, *args), _object(args[1], fn, *args), fn)
 
 
 def pod_tolerates_node_taints_fn(*args: Any) -> bool:
     fn = "kube.podToleratesNodeTaints"
     if len(args) != 2:
-        raise no_such_overload(fn, *args)
+        raise _no_overload(fn, *args)
     return not untolerated_taints(_object(args[0], fn, *args), _object(args[1], fn, *args), fn)
 
 
@@ -516,14 +526,14 @@ def pod_node_affinity_matches(pod: _Obj, node: _Obj, fn: str) -> bool:
 def node_selector_matches_fn(*args: Any) -> bool:
     fn = "kube.nodeSelectorMatches"
     if len(args) != 2:
-        raise no_such_overload(fn, *args)
+        raise _no_overload(fn, *args)
     return node_selector_matches(_object(args[0], fn, *args), _object(args[1], fn, *args), fn, "nodeSelector")
 
 
 def pod_node_affinity_matches_fn(*args: Any) -> bool:
     fn = "kube.podNodeAffinityMatches"
     if len(args) != 2:
-        raise no_such_overload(fn, *args)
+        raise _no_overload(fn, *args)
     return pod_node_affinity_matches(_object(args[0], fn, *args), _object(args[1], fn, *args), fn)
 
 
@@ -549,7 +559,7 @@ def node_free(node: _Obj, node_info: _Obj, name: str, fn: str = "kube.nodeFree")
 def node_free_fn(*args: Any) -> Quantity:
     fn = "kube.nodeFree"
     if len(args) != 3 or type(args[2]) is not str:
-        raise no_such_overload(fn, *args)
+        raise _no_overload(fn, *args)
     return node_free(_object(args[0], fn, *args), _object(args[1], fn, *args), args[2], fn)
 
 

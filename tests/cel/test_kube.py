@@ -302,3 +302,12 @@ def test_kpe_cache_keeps_what_node_info_requested_reads() -> None:
     if kpe_reads is None or from_paths is None:
         pytest.skip("engine.projection has no KPE_READS")
     assert kpe_reads.covers(from_paths(POD_REQUEST_READS))
+
+
+def test_a_variable_without_a_value_says_so() -> None:
+    """Without kpe's cache there is no nodeInfo: the error names the variable, as any other read of it does."""
+    program = cel.compile("kube.nodeFree(node, nodeInfo, 'cpu')", variables=["node", "nodeInfo"])
+    with pytest.raises(cel.EvalError, match="no value for variable 'nodeInfo'"):
+        program.evaluate({"node": {"status": {"allocatable": {"cpu": "1"}}}})
+    with pytest.raises(cel.EvalError, match="no value for variable 'pod'"):
+        cel.compile("kube.podRequests(pod, 'cpu')", variables=["pod"]).evaluate({})
