@@ -237,7 +237,10 @@ class KubeClient:
                 if on_open is not None:
                     on_open()
                 buffer = b""
-                async for chunk in response.aiter_bytes():
+                # Watch streams come uncompressed from the API server: the raw bytes skip httpx's
+                # decoder layers, a measurable part of every event's cost (decoded if ever encoded).
+                plain = response.headers.get("content-encoding", "identity") == "identity"
+                async for chunk in response.aiter_raw() if plain else response.aiter_bytes():
                     if b"\n" not in chunk:
                         buffer += chunk  # part of an event: pods are several KiB
                         continue
@@ -272,6 +275,19 @@ class KubeClient:
     async def merge_patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
         """A JSON merge patch (for a plain annotation change)."""
         return await self._call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch, content_type="application/merge-patch+json")
+
+    async def create_pod(self, namespace: str, pod: Obj) -> Obj:
+        """Create a pod (the reservation controller's placeholders); 409 when the name is taken."""
+        return await self._call("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod)
+
+    async def delete_pod(self, namespace: str, name: str, *, uid: str = "", grace_seconds: int | None = None) -> Obj:
+        """Delete a pod; with ``uid``, only that pod (409 if the name now belongs to another)."""
+        options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        return await self._call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=options)
 
     async def create_event(self, namespace: str, event: Obj) -> Obj:
         group = "/apis/events.k8s.io/v1" if event.get("apiVersion") == "events.k8s.io/v1" else "/api/v1"
