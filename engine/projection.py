@@ -238,6 +238,8 @@ KPE_READS = from_paths([
     ("metadata", "resourceVersion"),  # relist differences; gate controller's catch-up check
     ("metadata", "creationTimestamp"),
     ("metadata", "deletionTimestamp"),
+    ("spec", "priority"),  # kube-scheduler's preemption dry run (engine.kubefilters): which pods are victims,
+    ("status", "startTime"),  # and in which order (GET /apis/v1/explain?pod=)
     ("metadata", "annotations", "kpe.dev/gates"),  # held_by_kpe, is_admitted
     ("spec", "nodeName"),
     ("spec", "schedulingGates"),

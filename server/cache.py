@@ -46,6 +46,9 @@ reads cached pods, and what it reads of them (keep ``KPE_READS`` in step):
   and orders (``creationTimestamp``) are gated, so whole; its check that the
   cache caught up with a release reads ``metadata.resourceVersion``.
 - ``server.requeue`` (``pod_by_uid``): ``spec.nodeName``.
+- ``engine.kubefilters`` (``/apis/v1/explain?pod=``, kube-scheduler's preemption dry
+  run over ``nodeInfo.pods``): ``spec.priority``, ``status.startTime``,
+  ``metadata.deletionTimestamp``, the requests above.
 - ``server.introspection`` (``node_info``, ``pods()``): ``/apis/v1/nodes/{name}``
   lists ``metadata.namespace``/``name``; explain as the verbs.
 - Match conditions (``engine.selectors``, ``engine.evaluation.matching_scopes``:

@@ -158,6 +158,20 @@ def test_through_a_running_kpe_the_answer_is_that_replica_s_with_its_generation_
     assert served["gates"] == direct["gates"] and served["status"] == direct["status"]
 
 
+def test_through_a_running_kpe_victims_are_chosen_by_priority_although_its_cache_cuts_bound_pods(live: Live, kpe_url: str) -> None:
+    # ml/big at the pending pod's priority: no longer a victim, whatever else kpe's cache drops of it.
+    live.api.state.update("pods", "big", "ml", mutate=lambda pod: pod["spec"].update(priority=100))
+    deadline = time.monotonic() + 10
+    while True:
+        code, out = live.kpe("explain", "pod", "ml/train", "--server", kpe_url, "--output", "json")
+        gpu1 = by_node(json.loads(out))["gpu-1"]["eviction"]
+        if gpu1["possible"] is False or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert gpu1 == {"possible": False, "reason": "no pod of lower priority runs there", "victims": []}
+    assert by_node(explained(live, "ml/train"))["gpu-1"]["eviction"] == gpu1
+
+
 def test_the_endpoint_explains_by_namespace_and_name_and_answers_errors_in_json(live: Live, kpe_url: str) -> None:
     answer = httpx.get(kpe_url + "/apis/v1/explain", params={"pod": "ml/waiting"})
     assert answer.status_code == 200
