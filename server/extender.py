@@ -162,13 +162,31 @@ async def evaluate(state: ServerState, verb: str, decide: Callable[[int | None],
     return await state.worker.run(decide, None)
 
 
+def as_cached(state: ServerState, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Whole nodes from kube-scheduler, each replaced by kpe's cached object of the same
+    resourceVersion (the same state of the node, so the same answers). The request's objects
+    are new on every request, and the equivalence cache remembers results per object:
+    with kpe's copies, whole-node requests are answered from it as node names are. A node the
+    cache has at another version (or not at all) is evaluated as the scheduler sent it."""
+    cache = state.cache
+    if cache is None or not cache.synced.is_set():
+        return nodes
+    swapped = []
+    for node in nodes:
+        meta = node["metadata"]
+        cached = cache.node(meta["name"])
+        version = meta.get("resourceVersion")
+        swapped.append(cached if cached is not None and version and cached["metadata"].get("resourceVersion") == version else node)
+    return swapped
+
+
 async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
     args = decode_extender_args(body, "filter")
     headers = {GENERATION_HEADER: policy_set.generation}
     failed: dict[str, str] = {}
     if args.nodes is not None:
-        nodes = args.nodes
+        nodes = as_cached(state, args.nodes)
     else:
         if state.cache is None:
             return Answer(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=NO_CLUSTER), headers=headers)
@@ -178,8 +196,9 @@ async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> An
             return Answer(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=unusable), headers=headers)
         nodes, failed = state.resolve_nodes(args.node_names or [], "filter")
     state.metrics.observe_nodes("filter", len(nodes) + len(failed))
-    # Only cached nodes can be remembered: they are the same objects until the cache replaces them.
-    memo = state.equivalence if args.nodes is None else None
+    # Only cached nodes can be remembered (they are the same objects until the cache replaces
+    # them): whole nodes are, too, once as_cached has swapped in kpe's copies.
+    memo = state.equivalence if args.nodes is None or state.cache is not None else None
     # The request's names are the resolved nodes' names when the cache knew them all.
     names = args.node_names if args.nodes is None and not failed else None
     result = await evaluate(
@@ -224,7 +243,7 @@ async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -
     args = decode_extender_args(body, "prioritize")
     headers = {GENERATION_HEADER: policy_set.generation}
     if args.nodes is not None:
-        nodes, order = args.nodes, [n["metadata"]["name"] for n in args.nodes]
+        nodes, order = as_cached(state, args.nodes), [n["metadata"]["name"] for n in args.nodes]
     else:
         if state.cache is None:
             # Prioritize has no Error field: a 4xx is what the scheduler logs (and ignores, as it does every prioritize error).
@@ -235,8 +254,8 @@ async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -
         order = list(args.node_names or [])
         nodes, _unknown = state.resolve_nodes(order, "prioritize")
     state.metrics.observe_nodes("prioritize", len(order))
-    memo = state.equivalence if args.nodes is None else None
-    names = order if args.nodes is None and len(nodes) == len(order) else None  # every name resolved
+    memo = state.equivalence if args.nodes is None or state.cache is not None else None
+    names = order if len(nodes) == len(order) else None  # every name resolved
     result = await evaluate(
         state,
         "prioritize",
