@@ -17,6 +17,7 @@ from .policy import Policy, PolicySet
 from .schema import validate
 
 POLICY_KIND = "SchedulingPolicy"
+RESERVATION_KIND = "Reservation"  # engine.reservation
 # Other kpe kinds may share a directory with policies (tests next to what they test).
 OTHER_KINDS = frozenset(("PolicyTest",))
 SUFFIXES = (".yaml", ".yml")
@@ -81,6 +82,11 @@ def compile_documents(docs: Iterable[Document], cost_limits: CostLimits | None =
             continue
         meta = data.get("metadata")
         name = str(meta["name"]) if isinstance(meta, dict) and isinstance(meta.get("name"), str) else ""
+        if data.get("kind") == RESERVATION_KIND:
+            policy, reservation_errors = _compile_reservation(doc, name, first_seen, cost_limits)
+            errors += reservation_errors
+            policies += [policy] if policy is not None else []
+            continue
         schema_errors = validate(doc, policy=name)
         if schema_errors:
             errors += schema_errors + _compile_despite_schema_errors(doc, cost_limits)
@@ -102,6 +108,23 @@ def compile_documents(docs: Iterable[Document], cost_limits: CostLimits | None =
         if policy is not None:
             policies.append(policy)
     return policies, errors
+
+
+def _compile_reservation(
+    doc: Document, name: str, first_seen: dict[str, Location], cost_limits: CostLimits | None
+) -> tuple[Policy | None, list[PolicyError]]:
+    """A Reservation document (``engine.reservation``): its owners' policy, named
+    ``reservation.<name>`` (unique like a policy name; no policy name has a dot)."""
+    from .reservation import POLICY_PREFIX, compile_reservation
+
+    key = POLICY_PREFIX + name
+    if name and key in first_seen:
+        message = f"duplicate reservation name {name!r}; first defined at {first_seen[key]}"
+        return None, [PolicyError("KPE400", message, doc.location(("metadata", "name")), policy=name, path="metadata.name")]
+    policy, errors = compile_reservation(doc, cost_limits)
+    if policy is not None:
+        first_seen[key] = doc.location(("metadata", "name"))
+    return policy, errors
 
 
 def _compile_despite_schema_errors(doc: Document, cost_limits: CostLimits | None = None) -> list[PolicyError]:

@@ -12,6 +12,7 @@ from .selectors import LabelSelector
 
 if TYPE_CHECKING:
     from .projection import Projection
+    from .reservation import Reservation
 
 # What each kind of expression may read. Variables that read `node` or
 # `nodeInfo` are node-scoped; every other variable is pod-scoped.
@@ -114,6 +115,7 @@ class Policy:
     admission: Admission | None
     preemption: Preemption | None
     source: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    reservation: Reservation | None = field(default=None, repr=False, compare=False)  # set on a reservation's own policy
 
     @property
     def mode(self) -> str:
@@ -152,6 +154,19 @@ class PolicySet:
     def gates(self) -> dict[str, Policy]:
         """Gate name -> the policy that owns it (computed once; the set never changes)."""
         return {p.admission.gate: p for p in self.policies if p.admission is not None}
+
+    @cached_property
+    def reservations(self) -> tuple[Reservation, ...]:
+        """The set's reservations (``engine.reservation``), by name."""
+        return tuple(p.reservation for p in self.policies if p.reservation is not None)
+
+    @cached_property
+    def without_reservations(self) -> PolicySet:
+        """The set without its reservations' policies (the filters preemption re-runs:
+        evicting a placeholder is how an owner takes the slot its filter asks for)."""
+        if not self.reservations:
+            return self
+        return PolicySet(tuple(p for p in self.policies if p.reservation is None), self.generation, self.files)
 
     @cached_property
     def pod_projection(self) -> Projection:

@@ -11,6 +11,10 @@ candidate only if
 2. every matching Enforce policy allows the node (``preemption.node`` over
    ``victims``) and every victim on it (``preemption.victim``).
 
+3. the reservations allow the victims (``engine.reservation.preemption_veto``):
+   a placeholder only for an owner of its reservation, and for an owner of a
+   ``Required`` reservation nothing but its placeholders.
+
 A node with no victims is never a candidate. An evaluation error drops the
 node with failurePolicy Fail and is ignored with Ignore. Audit-mode policies
 are evaluated and reported, never applied.
@@ -28,6 +32,7 @@ from .deadline import Deadline
 from .filtering import NO_NODE_INFO, RuleEvent, filter_nodes
 from .nodeinfo import NodeInfoAccumulator, pod_key
 from .policy import PolicySet
+from .reservation import preemption_veto
 
 
 @dataclass
@@ -63,7 +68,14 @@ def preempt(
     inputs = request_inputs(pod, now)
     matching = matching_scopes(policy_set, pod, inputs)
     scopes = [s for s in matching if s.policy.preemption]
-    refiltered = _filters_after_evictions(policy_set, pod, candidates, matching, result, nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline)
+    reservations = policy_set.reservations
+    owned = frozenset(s.policy.reservation.name for s in matching if s.policy.reservation is not None)
+    # A reservation's own filter asks for a free slot, which evicting its placeholder is how
+    # an owner takes: the filters re-run after the evictions are everything else's.
+    refiltered = _filters_after_evictions(
+        policy_set.without_reservations, pod, candidates, [s for s in matching if s.policy.reservation is None], result,
+        nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline,
+    )
     closed = [s for s in matching if s.policy.enforce and s.policy.fail_closed and (s.policy.filters or s.policy.preemption)]
     for name, victims in candidates.items():
         if deadline is not None and deadline.passed():
@@ -75,6 +87,12 @@ def preempt(
             continue
         if not victims:
             result.rejected[name] = "no victims: preemption would not free anything on this node"
+            continue
+        veto = preemption_veto(reservations, owned, pod, victims)
+        if veto is not None:
+            result.rejected[name] = veto[1]
+            label = veto[1].split(":", 1)[0]
+            result.rejections[label] = result.rejections.get(label, 0) + 1
             continue
         if name in refiltered:
             result.rejected[name] = refiltered[name]

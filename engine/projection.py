@@ -248,6 +248,13 @@ KPE_READS = from_paths([
     ("spec", "overhead"),
     *POD_REQUEST_READS,  # what kube.podRequests reads: sidecars, pod-level resources (pod_requests as kube-scheduler counts)
     ("status", "phase"),  # is_active: finished pods leave nodeInfo
+    # Reservations (engine.slots): placeholders, the slots owners use, where owners were nominated.
+    ("metadata", "labels", "kpe.dev/reservation"),
+    ("metadata", "labels", "kpe.dev/slot"),
+    ("metadata", "labels", "app.kubernetes.io/managed-by"),
+    ("metadata", "annotations", "kpe.dev/reservation-slot"),
+    ("metadata", "annotations", "kpe.dev/template"),
+    ("status", "nominatedNodeName"),
 ])
 
 
