@@ -32,6 +32,7 @@ from .extender import VERBS, json_response
 from .listeners import WEBHOOK_PATH, SurfaceGuard
 from .logs import new_request_id, request_id
 from .policystore import PolicyStore
+from .reservations import reservations_endpoint
 from .settings import Settings
 from .state import ServerState
 from .verbs import VerbDispatch, VerbEndpoint
@@ -94,6 +95,7 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
     """The Lease campaign and the gate controller that runs while this replica leads."""
     from .gates import GateController
     from .leader import LeaderElector, default_identity
+    from .reservations import ReservationController
 
     settings = state.settings
     assert state.client is not None, "the gate controller runs only with cluster access"
@@ -106,9 +108,11 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
     )
     state.gates = GateController(state, resync_s=settings.gate_resync_s, debounce_s=settings.gate_debounce_ms / 1000)
     state.elector = elector
+    state.reservations = ReservationController(state, resync_s=settings.gate_resync_s or 30.0)
     return [
         asyncio.create_task(elector.run(stop), name="leader-election"),
         asyncio.create_task(state.gates.run(stop, elector.leading), name="gate-controller"),
+        asyncio.create_task(state.reservations.run(stop, elector.leading), name="reservation-controller"),
     ]
 
 
@@ -195,6 +199,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         Route("/apis/v1/explain", introspection.explain_pod, methods=["GET"], name="explain_pod"),
         Route("/apis/v1/decisions", introspection.decisions, methods=["GET"]),
         Route("/apis/v1/gated", introspection.gated, methods=["GET"]),
+        Route("/apis/v1/reservations", reservations_endpoint, methods=["GET"]),
         Route(WEBHOOK_PATH, handle_admission, methods=["POST"], name="admission"),
     ]
     app = Starlette(

@@ -63,6 +63,14 @@ class Metrics:
             buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400), registry=r,
         )
         self.gated_pods = Gauge("kpe_gated_pods", "Pods kpe is holding at a gate, per policy", ["policy"], registry=r)
+        # Reservations (server.reservations), set and counted by the leader's reservation controller.
+        self.reservation_slots = Gauge(
+            "kpe_reservation_slots", "Slots of each reservation by state (free, pending, used, consumed, missing)", ["reservation", "state"], registry=r
+        )
+        self.reservation_placeholders = Counter(
+            "kpe_reservation_placeholders_total", "Placeholder pods kpe created or deleted", ["reservation", "action"], registry=r
+        )
+        self.reservation_claims = Counter("kpe_reservation_claims_total", "Owners that took a reserved slot", ["reservation"], registry=r)
         self.admission_evaluations = Counter(
             "kpe_admission_evaluations_total", "Gate re-evaluations by the controller, per policy and result", ["policy", "result"], registry=r
         )

@@ -83,6 +83,16 @@ class Settings:
     identity: str = field(default="", metadata={"help": "this replica's identity in the Lease (default: hostname, pid and a random suffix)"})
     gate_resync_s: float = field(default=30.0, metadata={"help": "re-evaluate every gated pod at least this often"})
     gate_debounce_ms: int = field(default=200, metadata={"help": "after a pod, node or policy change, wait this long for more before re-evaluating"})
+    reservation_namespace: str = field(default="kpe-system", metadata={"help": "namespace of the reservations' placeholder pods (kpe creates and deletes pods there)"})
+    placeholder_image: str = field(default="registry.k8s.io/pause:3.10", metadata={"help": "image of the reservations' placeholder pods (never does anything)"})
+    placeholder_priority_class: str = field(
+        default="kpe-placeholder",
+        metadata={"help": "PriorityClass of the placeholder pods; must exist and be lower than every owner's (deploy/priorityclass.yaml ships it)"},
+    )
+    reservation_grace_s: float = field(
+        default=5.0,
+        metadata={"help": "wait this long before recreating a placeholder that vanished, for the owner that preempted it to be nominated to its node"},
+    )
     equivalence_classes: int = field(
         default=16,
         metadata={
@@ -136,6 +146,8 @@ class Settings:
             problems.append("--requeue-rate must be 0 (off) or more")
         if self.cel_cost_limit <= 0 or self.cel_admission_cost_limit <= 0:
             problems.append("--cel-cost-limit and --cel-admission-cost-limit must be positive")
+        if self.reservation_grace_s < 0:
+            problems.append("--reservation-grace-s must be 0 or more")
         if self.max_body_bytes <= 0:
             problems.append("--max-body-bytes must be positive")
         return problems

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .gates import GateController
     from .kube import KubeClient
     from .requeue import Requeuer
+    from .reservations import ReservationController
 
 log = logging.getLogger("kpe.decisions")
 
@@ -40,6 +41,7 @@ class ServerState:
     surfaces_by_port: dict[int, frozenset[str]] = field(default_factory=dict)  # see server.listeners.SurfaceGuard
     worker: Worker = field(default_factory=Worker)  # runs the decisions off the event loop
     requeue: Requeuer | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
+    reservations: ReservationController | None = None  # with the gate controller: placeholders of the reservations' free slots
 
     def node_info(self) -> Mapping[str, Any] | None:
         return self.cache.node_info if self.cache is not None else None

@@ -36,6 +36,7 @@ CLUSTER_RULES = {
     ("", "events", "create"), ("events.k8s.io", "events", "create"),
 }  # fmt: skip
 LEASE_RULES = {("coordination.k8s.io", "leases", "get"), ("coordination.k8s.io", "leases", "create"), ("coordination.k8s.io", "leases", "update")}
+PLACEHOLDER_RULES = {("", "pods", "create"), ("", "pods", "delete")}  # reservations' placeholders, in kpe's namespace only
 
 
 def kustomize(directory: Path) -> list[Obj]:
@@ -87,9 +88,9 @@ def selected(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def test_renders_the_expected_objects(objects: list[Obj]) -> None:
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
-        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "MutatingWebhookConfiguration", "NetworkPolicy"]
+        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "PriorityClass", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "MutatingWebhookConfiguration", "NetworkPolicy"]
     )
-    namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration")]
+    namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "PriorityClass")]
     assert {o["metadata"].get("namespace") for o in namespaced} == {"kpe-system"}
     assert exists(objects, "Namespace", "kpe-system")
 
@@ -305,9 +306,18 @@ def test_the_bind_component_adds_the_setting_and_exactly_its_rbac(tmp_path: Path
 
 def test_rbac_is_exactly_least_privilege(objects: list[Obj]) -> None:
     assert rules(one(objects, "ClusterRole")) == CLUSTER_RULES
-    role = one(objects, "Role")
+    role = one(objects, "Role", "kpe-leader-election")
     assert role["metadata"]["namespace"] == "kpe-system"
     assert rules(role) == LEASE_RULES
+    placeholders = one(objects, "Role", "kpe-placeholders")
+    assert placeholders["metadata"]["namespace"] == "kpe-system"
+    assert rules(placeholders) == PLACEHOLDER_RULES
+
+
+def test_the_placeholder_priority_class_is_below_default_pods_and_never_preempts(objects: list[Obj]) -> None:
+    priority = one(objects, "PriorityClass", "kpe-placeholder")
+    assert priority["value"] < 0 and priority["preemptionPolicy"] == "Never" and not priority["globalDefault"]
+    assert priority["metadata"]["name"] == Settings().placeholder_priority_class
 
 
 # -- generated content is current ---------------------------------------------------------------

@@ -39,7 +39,7 @@ gen = load_generator()
 # -- generated reference ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["policy.md", "settings.md", "cli.md"])
+@pytest.mark.parametrize("name", ["policy.md", "reservation.md", "settings.md", "cli.md"])
 def test_generated_reference_is_current(name: str) -> None:
     path = ROOT / "docs" / "reference" / name
     expected: str = gen.outputs()[path]

@@ -111,7 +111,8 @@ def default_pod(pod: Obj) -> Obj:
                    for t in tolerations):
             tolerations = tolerations + [dict(default)]
     spec["tolerations"] = tolerations
-    spec.setdefault("priority", 0)
+    if not spec.get("priorityClassName"):
+        spec.setdefault("priority", 0)  # with a class name, the Priority admission plugin sets it
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     return pod

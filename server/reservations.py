@@ -1,0 +1,262 @@
+"""The reservation controller: keeps one placeholder pod per free slot of every reservation.
+
+It runs beside the gate controller on the replica holding the Lease. Each pass
+reads the cache's pods, asks ``engine.slots.plan`` what to do, and does it
+through ``server.kube``: claims first (an owner on the node of a slot gets the
+``kpe.dev/reservation-slot`` annotation and an Event), then deletes (only
+placeholders: of removed or shrunk reservations, of slots an owner took, from
+an older template; each with the pod's uid as precondition), then creates
+(fixed names, so a second controller's create fails with 409 and does
+nothing). ``GET /apis/v1/reservations`` shows every slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from engine.evaluation import matching_scopes, request_inputs
+from engine.policy import PolicySet
+from engine.reservation import CLAIM_ANNOTATION, Reservation, placeholder_pod
+from engine.slots import Claim, Plan, SlotMemory, key_of, plan
+
+from .extender import json_response
+from .kube import ApiError
+from .leader import micro_time
+from .state import ServerState
+
+log = logging.getLogger("kpe.reservations")
+STATES = ("free", "pending", "used", "consumed", "missing")
+
+
+class ReservationController:
+    def __init__(self, state: ServerState, *, resync_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        settings = state.settings
+        self.state = state
+        self.namespace = settings.reservation_namespace
+        self.image = settings.placeholder_image
+        self.priority_class = settings.placeholder_priority_class
+        self.grace = settings.reservation_grace_s
+        self.resync = resync_s
+        self.clock = clock
+        self.memory = SlotMemory()
+        self.last: Plan | None = None
+        self.placeholders_seen = True  # until a pass has looked: leftovers of removed reservations
+        self._owners: dict[tuple[str, str, str], bool] = {}  # (uid, generation, reservation) -> owns, from the whole pod
+        self._singles: dict[str, tuple[str, PolicySet]] = {}
+        self.slot_gauge = state.metrics.reservation_slots
+        self.placeholder_changes = state.metrics.reservation_placeholders
+        self.claims = state.metrics.reservation_claims
+
+    # -- ownership -------------------------------------------------------------
+    def _single(self, policy_set: PolicySet, reservation: Reservation) -> PolicySet:
+        cached = self._singles.get(reservation.name)
+        if cached is None or cached[0] != policy_set.generation:
+            policy = policy_set.get(reservation.policy)
+            assert policy is not None
+            cached = (policy_set.generation, PolicySet((policy,), policy_set.generation))
+            self._singles[reservation.name] = cached
+        return cached[1]
+
+    def owns(self, policy_set: PolicySet, reservation: Reservation, pod: Mapping[str, Any]) -> bool:
+        """Whether ``pod`` owns ``reservation``. The cache keeps bound pods cut to what the
+        policies read of other pods, so a bound pod's answer is settled on the whole pod
+        (``_verify``) before it claims anything; until then its namespace decides."""
+        meta = pod.get("metadata") or {}
+        known = self._owners.get((str(meta.get("uid") or ""), policy_set.generation, reservation.name))
+        if known is not None:
+            return known
+        single = self._single(policy_set, reservation)
+        if (pod.get("spec") or {}).get("nodeName"):
+            namespaces = single.policies[0].match.namespaces
+            return namespaces is None or (meta.get("namespace") or "default") in namespaces
+        return bool(matching_scopes(single, pod, request_inputs(pod, None)))
+
+    async def _verify(self, policy_set: PolicySet, claim: Claim) -> dict[str, Any] | None:
+        """The owner, read whole, if it still owns the reservation and has no slot."""
+        client = self.state.client
+        assert client is not None
+        meta = claim.owner.get("metadata") or {}
+        try:
+            pod = await client.get_pod(str(meta.get("namespace") or "default"), str(meta.get("name")))
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("could not read %s: %s", key_of(claim.owner), exc)
+            return None
+        reservation = next(r for r in policy_set.reservations if r.name == claim.reservation)
+        single = self._single(policy_set, reservation)
+        owns = bool(matching_scopes(single, pod, request_inputs(pod, None)))
+        self._owners[(str((pod.get("metadata") or {}).get("uid") or ""), policy_set.generation, reservation.name)] = owns
+        taken = ((pod.get("metadata") or {}).get("annotations") or {}).get(CLAIM_ANNOTATION)
+        return pod if owns and not taken else None
+
+    # -- a pass ----------------------------------------------------------------
+    def compute(self, memory: SlotMemory) -> Plan:
+        policy_set = self.state.store.current
+        cache = self.state.cache
+        assert cache is not None
+        return plan(
+            policy_set.reservations, cache.pods(), memory, namespace=self.namespace,
+            owns=lambda r, p: self.owns(policy_set, r, p), now=self.clock(), grace_s=self.grace,
+        )
+
+    async def reconcile(self) -> Plan | None:
+        policy_set = self.state.store.current
+        if not policy_set.reservations and not self.placeholders_seen:
+            return None  # nothing reserved and nothing left over: no pass over every pod
+        result = self.compute(self.memory)
+        self.placeholders_seen = bool(policy_set.reservations) or bool(result.deletes)
+        failed: list[Any] = []
+        for claim in result.claims:
+            if not await self._take(policy_set, claim):
+                failed.append(claim.placeholder)
+                self.memory.used_by.pop((claim.reservation, claim.index), None)  # it never used the slot
+        for delete in result.deletes:
+            if any(delete.pod is p for p in failed if p is not None):
+                continue
+            await self._delete(delete.pod, delete.reason)
+        for create in result.creates:
+            await self._create(create.reservation, create.index, create.near, create.reason)
+        for (name, index), owner in result.returned:
+            log.info("slot %s/%d returned: %s ended", name, index, owner)
+        self.last = result
+        self._export(result)
+        return result
+
+    async def _take(self, policy_set: PolicySet, claim: Claim) -> bool:
+        client = self.state.client
+        assert client is not None
+        pod = await self._verify(policy_set, claim)
+        if pod is None:
+            return False
+        meta = pod["metadata"]
+        value = f"{claim.reservation}/{claim.index}"
+        try:
+            await client.merge_patch_pod(meta["namespace"], meta["name"], {"metadata": {"uid": meta.get("uid"), "annotations": {CLAIM_ANNOTATION: value}}})
+        except ApiError as exc:
+            log.warning("could not record %s's slot %s: %s", key_of(pod), value, exc)
+            return False
+        self.claims.labels(claim.reservation).inc()
+        log.info("%s took slot %s on %s", key_of(pod), value, claim.node)
+        await self._event(pod, "ReservedSlotTaken", f"uses slot {claim.index} of reservation {claim.reservation} on node {claim.node}")
+        return True
+
+    async def _delete(self, pod: Mapping[str, Any], reason: str) -> None:
+        client = self.state.client
+        assert client is not None
+        meta = pod.get("metadata") or {}
+        try:
+            await client.delete_pod(self.namespace, str(meta.get("name")), uid=str(meta.get("uid") or ""), grace_seconds=0)
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                log.warning("could not delete placeholder %s: %s", key_of(pod), exc)
+            return
+        self.placeholder_changes.labels(str((meta.get("labels") or {}).get("kpe.dev/reservation", "")), "deleted").inc()
+        log.info("deleted placeholder %s: %s", key_of(pod), reason)
+
+    async def _create(self, reservation: Reservation, index: int, near: str, reason: str) -> None:
+        client = self.state.client
+        assert client is not None
+        pod = placeholder_pod(reservation, index, namespace=self.namespace, image=self.image, priority_class=self.priority_class, near=near)
+        try:
+            created = await client.create_pod(self.namespace, pod)
+        except ApiError as exc:
+            if exc.status != 409:  # 409: it exists (another replica's, or still terminating)
+                log.warning("could not create placeholder %s/%s: %s", self.namespace, pod["metadata"]["name"], exc)
+            return
+        self.placeholder_changes.labels(reservation.name, "created").inc()
+        log.info("created placeholder %s/%s: %s", self.namespace, pod["metadata"]["name"], reason)
+        if reason.startswith("slot returned"):
+            await self._event(created, "ReservedSlotReturned", f"slot {index} of reservation {reservation.name} is free again ({reason})")
+
+    async def _event(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+        client = self.state.client
+        assert client is not None
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        now = micro_time()[:19] + "Z"
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.kpe-", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid")},
+            "reason": reason, "message": message, "type": "Normal",
+            "source": {"component": "kpe"}, "reportingComponent": "kpe",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            await client.create_event(namespace, event)
+        except ApiError as exc:
+            log.warning("could not record event for %s: %s", key_of(pod), exc)
+
+    def _export(self, result: Plan) -> None:
+        self.slot_gauge.clear()
+        for name, slots in result.slots.items():
+            for state in STATES:
+                self.slot_gauge.labels(name, state).set(sum(1 for s in slots if s.state == state))
+
+    # -- loop ------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event, leading: asyncio.Event) -> None:
+        from .gates import _first
+
+        cache = self.state.cache
+        assert cache is not None
+        changed = cache.subscribe()
+        reloaded = self.state.store.subscribe()
+        while not stop.is_set():
+            if not leading.is_set():
+                self.memory = SlotMemory()  # a leader again later starts from the cluster
+                await _first(stop, leading, timeout=1.0)
+                continue
+            if not cache.synced.is_set():
+                await _first(stop, cache.synced, timeout=1.0)
+                continue
+            changed.clear()
+            reloaded.clear()
+            try:
+                await self.reconcile()
+            except Exception:  # noqa: BLE001 - one bad pass must not end the controller
+                log.exception("reservation controller pass failed")
+            await _first(stop, changed, reloaded, timeout=min(self.resync, max(self.grace, 0.2)))
+            if not stop.is_set():
+                await asyncio.sleep(0.05)
+
+    def status(self) -> dict[str, Any]:
+        """Every reservation and slot, as a pass would see them now (a follower computes
+        it from its own cache, without acting)."""
+        policy_set = self.state.store.current
+        result = self.compute(copy.deepcopy(self.memory))
+        return {
+            "reservations": [
+                {
+                    "name": r.name,
+                    "policy": r.policy,
+                    "file": r.file,
+                    "mode": r.mode,
+                    "returnSlots": r.return_slots,
+                    "slots": r.slots,
+                    "free": sum(1 for s in result.slots[r.name] if s.state == "free"),
+                    "used": sum(1 for s in result.slots[r.name] if s.state == "used"),
+                    "slotStates": [s.to_dict() for s in result.slots[r.name]],
+                }
+                for r in policy_set.reservations
+            ]
+        }
+
+
+async def reservations_endpoint(request: Request) -> Response:
+    """GET /apis/v1/reservations: each reservation's slots, where they are, free or used by which pod."""
+    state: ServerState = request.app.state.kpe
+    controller = state.reservations
+    policy_set = state.store.current
+    leader = state.elector.is_leader if state.elector is not None else False
+    if controller is None or state.cache is None or not state.cache.synced.is_set():
+        listed = [{"name": r.name, "policy": r.policy, "file": r.file, "mode": r.mode, "returnSlots": r.return_slots, "slots": r.slots} for r in policy_set.reservations]
+        return json_response({"leader": leader, "generation": policy_set.generation, "error": "slots are known only with cluster access, once the cache has synced", "reservations": listed}, 503)
+    return json_response({"leader": leader, "generation": policy_set.generation, "namespace": controller.namespace, **controller.status()})

@@ -1,0 +1,134 @@
+"""The reservation controller against the fake API server: kpe keeps one placeholder per
+free slot, an owner that preempted one takes its slot, a finished owner gives it back, a
+placeholder deleted by someone else comes back, a reload that shrinks the reservation
+deletes placeholders and nothing else. The test plays kube-scheduler (binds, evicts)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from server.app import create_app
+from server.settings import Settings
+
+from .fakeapi import FakeApiServer
+from .gatecluster import wait_for
+from .serving import serve
+
+RESERVATION = """apiVersion: kpe.dev/v1alpha1
+kind: Reservation
+metadata: {name: train}
+spec:
+  slots: SLOTS
+  owners: {namespaces: [ml], podSelector: {matchLabels: {team: ml}}}
+  template:
+    resources: {requests: {cpu: "1"}}
+    nodeSelector: {pool: gpu}
+"""
+NS = "kpe-system"
+
+
+@contextlib.contextmanager
+def cluster(tmp_path: Path, slots: int = 2) -> Iterator[tuple[FakeApiServer, str, Path]]:
+    policy = tmp_path / "policies" / "reservation.yaml"
+    policy.parent.mkdir()
+    policy.write_text(RESERVATION.replace("SLOTS", str(slots)))
+    with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
+        for name in ("node-1", "node-2"):
+            api.state.add_node({"metadata": {"name": name, "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
+        api.state.add_pod({"metadata": {"name": "bystander", "namespace": "web"}, "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "x"}]}})
+        settings = Settings(
+            policies=str(policy.parent),
+            kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
+            cluster="on",
+            lease_duration_s=2,
+            gate_resync_s=1,
+            gate_debounce_ms=50,
+            reload_debounce_ms=50,
+            reservation_grace_s=0.5,
+            placeholder_image="pause:test",
+        )
+        with serve(create_app(settings)) as url:
+            wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
+            yield api, url, policy
+
+
+def placeholders(api: FakeApiServer) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in api.state.objects("pods", NS) if not p["metadata"].get("deletionTimestamp")}
+
+
+def slots(url: str) -> list[tuple[str, str | None, str | None]]:
+    answer = httpx.get(url + "/apis/v1/reservations").json()
+    return [(s["state"], s["node"], s["pod"]) for s in answer["reservations"][0]["slotStates"]]
+
+
+def owner(api: FakeApiServer, name: str, **status: Any) -> dict[str, Any]:
+    pod = {"metadata": {"name": name, "namespace": "ml", "labels": {"team": "ml"}}, "spec": {"containers": [{"name": "c", "image": "trainer"}]}, "status": {"phase": "Pending", **status}}
+    return api.state.add_pod(pod)
+
+
+def test_placeholders_hold_the_slots_and_an_owner_that_preempted_one_takes_it_until_it_ends(tmp_path: Path) -> None:
+    with cluster(tmp_path) as (api, url, _):
+        wait_for(lambda: sorted(placeholders(api)) == ["kpe-train-0", "kpe-train-1"])
+        made = placeholders(api)["kpe-train-0"]
+        assert made["metadata"]["labels"]["kpe.dev/reservation"] == "train"
+        assert made["spec"]["priorityClassName"] == "kpe-placeholder" and made["spec"]["terminationGracePeriodSeconds"] == 0
+        assert made["spec"]["nodeSelector"] == {"pool": "gpu"} and made["spec"]["containers"][0]["image"] == "pause:test"
+        api.state.bind(NS, "kpe-train-0", "node-1")
+        api.state.bind(NS, "kpe-train-1", "node-2")
+        wait_for(lambda: slots(url) == [("free", "node-1", "kpe-system/kpe-train-0"), ("free", "node-2", "kpe-system/kpe-train-1")])
+
+        # kube-scheduler evicts kpe-train-0 for the owner, then nominates the owner to node-1.
+        api.state.delete("pods", "kpe-train-0", NS)
+        owner(api, "trainer", nominatedNodeName="node-1")
+        wait_for(lambda: (api.state.get_pod("ml", "trainer") or {})["metadata"].get("annotations", {}).get("kpe.dev/reservation-slot") == "train/0")
+        taken = [e for e in api.state.events if e["reason"] == "ReservedSlotTaken"]
+        assert taken and taken[0]["message"] == "uses slot 0 of reservation train on node node-1"
+        api.state.bind("ml", "trainer", "node-1")
+        wait_for(lambda: slots(url)[0] == ("used", "node-1", "ml/trainer"))
+        assert "kpe-train-0" not in placeholders(api)  # no placeholder for a used slot, grace or not
+
+        api.state.update("pods", "trainer", "ml", merge={"status": {"phase": "Succeeded"}})
+        wait_for(lambda: "kpe-train-0" in placeholders(api))
+        back = placeholders(api)["kpe-train-0"]
+        [near] = back["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert near["preference"]["matchExpressions"][0]["values"] == ["node-1"]
+        wait_for(lambda: any(e["reason"] == "ReservedSlotReturned" for e in api.state.events))
+        metrics = httpx.get(url + "/metrics").text
+        assert 'kpe_reservation_claims_total{reservation="train"} 1.0' in metrics
+        assert 'kpe_reservation_slots{reservation="train",state="free"} 1.0' in metrics
+
+
+def test_an_owner_bound_beside_a_free_placeholder_takes_its_slot(tmp_path: Path) -> None:
+    with cluster(tmp_path, slots=1) as (api, url, _):
+        wait_for(lambda: "kpe-train-0" in placeholders(api))
+        api.state.bind(NS, "kpe-train-0", "node-2")
+        wait_for(lambda: slots(url) == [("free", "node-2", "kpe-system/kpe-train-0")])
+        owner(api, "beside")
+        api.state.bind("ml", "beside", "node-2")
+        wait_for(lambda: "kpe-train-0" not in placeholders(api))
+        wait_for(lambda: slots(url) == [("used", "node-2", "ml/beside")])
+
+
+def test_a_placeholder_deleted_by_someone_else_comes_back_and_a_shrinking_reload_deletes_only_placeholders(tmp_path: Path) -> None:
+    with cluster(tmp_path) as (api, url, policy):
+        wait_for(lambda: sorted(placeholders(api)) == ["kpe-train-0", "kpe-train-1"])
+        api.state.bind(NS, "kpe-train-1", "node-2")
+        wait_for(lambda: slots(url)[1][0] == "free")
+        first = placeholders(api)["kpe-train-1"]["metadata"]["uid"]
+        api.state.delete("pods", "kpe-train-1", NS)
+        wait_for(lambda: "kpe-train-1" in placeholders(api))
+        assert placeholders(api)["kpe-train-1"]["metadata"]["uid"] != first
+
+        policy.write_text(RESERVATION.replace("SLOTS", "0"))
+        wait_for(lambda: not placeholders(api))
+        deleted = {r.path.rsplit("/", 1)[-1] for r in api.state.requests_to("DELETE", "/api/v1/")}
+        assert deleted == {"kpe-train-0", "kpe-train-1"}
+        assert api.state.get_pod("web", "bystander") is not None
+        policy.unlink()
+        (policy.parent / "other.yaml").write_text("apiVersion: kpe.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: other}\nspec: {scores: [{name: s, expression: '1'}]}\n")
+        wait_for(lambda: httpx.get(url + "/apis/v1/reservations").json()["reservations"] == [])
