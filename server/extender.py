@@ -162,31 +162,33 @@ async def evaluate(state: ServerState, verb: str, decide: Callable[[int | None],
     return await state.worker.run(decide, None)
 
 
-def as_cached(state: ServerState, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Whole nodes from kube-scheduler, each replaced by kpe's cached object of the same
+def cached_copy(state: ServerState) -> Callable[[dict[str, Any]], dict[str, Any] | None] | None:
+    """For whole nodes from kube-scheduler: kpe's cached object of the same node at the same
     resourceVersion (the same state of the node, so the same answers). The request's objects
-    are new on every request, and the equivalence cache remembers results per object:
-    with kpe's copies, whole-node requests are answered from it as node names are. A node the
-    cache has at another version (or not at all) is evaluated as the scheduler sent it."""
+    are new on every request, and the equivalence cache remembers results per object: with
+    kpe's copies, whole-node requests are answered from it as node names are, and the copies
+    need no checking. A node the cache has at another version (or not at all) is checked and
+    evaluated as the scheduler sent it."""
     cache = state.cache
     if cache is None or not cache.synced.is_set():
-        return nodes
-    swapped = []
-    for node in nodes:
+        return None
+
+    def copy(node: dict[str, Any]) -> dict[str, Any] | None:
         meta = node["metadata"]
         cached = cache.node(meta["name"])
         version = meta.get("resourceVersion")
-        swapped.append(cached if cached is not None and version and cached["metadata"].get("resourceVersion") == version else node)
-    return swapped
+        return cached if cached is not None and version and cached["metadata"].get("resourceVersion") == version else None
+
+    return copy
 
 
 async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
-    args = decode_extender_args(body, "filter")
+    args = decode_extender_args(body, "filter", known=cached_copy(state))
     headers = {GENERATION_HEADER: policy_set.generation}
     failed: dict[str, str] = {}
     if args.nodes is not None:
-        nodes = as_cached(state, args.nodes)
+        nodes = args.known_nodes or []
     else:
         if state.cache is None:
             return Answer(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=NO_CLUSTER), headers=headers)
@@ -197,7 +199,7 @@ async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> An
         nodes, failed = state.resolve_nodes(args.node_names or [], "filter")
     state.metrics.observe_nodes("filter", len(nodes) + len(failed))
     # Only cached nodes can be remembered (they are the same objects until the cache replaces
-    # them): whole nodes are, too, once as_cached has swapped in kpe's copies.
+    # them): whole nodes are, too, once cached_copy has swapped in kpe's copies.
     memo = state.equivalence if args.nodes is None or state.cache is not None else None
     # The request's names are the resolved nodes' names when the cache knew them all.
     names = args.node_names if args.nodes is None and not failed else None
@@ -240,10 +242,10 @@ async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> An
 
 async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
-    args = decode_extender_args(body, "prioritize")
+    args = decode_extender_args(body, "prioritize", known=cached_copy(state))
     headers = {GENERATION_HEADER: policy_set.generation}
     if args.nodes is not None:
-        nodes, order = as_cached(state, args.nodes), [n["metadata"]["name"] for n in args.nodes]
+        nodes, order = args.known_nodes or [], [n["metadata"]["name"] for n in args.nodes]
     else:
         if state.cache is None:
             # Prioritize has no Error field: a 4xx is what the scheduler logs (and ignores, as it does every prioritize error).

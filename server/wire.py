@@ -8,7 +8,7 @@ server turns that into a 400.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,14 +218,18 @@ class ExtenderArgs:
     nodes: list[dict[str, Any]] | None
     node_names: list[str] | None
     node_list_meta: dict[str, Any]
+    # ``nodes`` with each one ``decode_extender_args``' ``known`` recognised replaced by its copy.
+    known_nodes: list[dict[str, Any]] | None = None
 
 
-def decode_extender_args(body: Any, verb: str) -> ExtenderArgs:
+def decode_extender_args(body: Any, verb: str, *, known: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None) -> ExtenderArgs:
+    """``known(node)``, when given, returns kpe's own copy of a node it has at the same version
+    (None otherwise): such a node is not checked, since its copy is what gets evaluated."""
     body = _body(body, verb)
     pod = _pod(body)
     raw_nodes = field_ci(body, "Nodes")
     raw_names = field_ci(body, "NodeNames")
-    nodes = None
+    nodes = known_nodes = None
     meta: dict[str, Any] = {}
     if raw_nodes is not None:
         node_list = _object(raw_nodes, "Nodes")
@@ -235,13 +239,17 @@ def decode_extender_args(body: Any, verb: str) -> ExtenderArgs:
             items = []
         if not isinstance(items, list):
             raise WireError(f"Nodes.items must be an array, not {_kind(items)}")
+        swapped = []
         for i, node in enumerate(items):
             node_meta = node.get("metadata") if isinstance(node, dict) else None
             if not isinstance(node_meta, dict) or not isinstance(node_meta.get("name"), str):
                 raise WireError(f"Nodes.items[{i}] must be a node object with metadata.name")
-            if not _plain_node(node):
+            copy = known(node) if known is not None else None
+            if copy is None and not _plain_node(node):
                 check_node(node, f"Nodes.items[{i}] ({node_meta['name']})")
+            swapped.append(copy if copy is not None else node)
         nodes = items
+        known_nodes = swapped
         list_meta = node_list.get("metadata")
         meta = list_meta if isinstance(list_meta, dict) else {}
     names = None
@@ -252,7 +260,7 @@ def decode_extender_args(body: Any, verb: str) -> ExtenderArgs:
         names = raw_names
     if nodes is None and names is None:
         raise WireError(f"{verb} request has neither Nodes nor NodeNames")
-    return ExtenderArgs(pod, nodes, names, meta)
+    return ExtenderArgs(pod, nodes, names, meta, known_nodes)
 
 
 @dataclass

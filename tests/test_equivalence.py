@@ -526,3 +526,11 @@ def test_whole_nodes_of_the_version_kpe_has_cached_are_answered_from_memory_and_
             passed, counted = filter_(3, newer)
             assert passed == ["node-0", "node-1", "node-3", "node-5"], "a node of another version is judged as sent"
             assert counted.get(hit) == 11.0 and counted.get(miss) == 7.0
+            # What kpe evaluates for a node it has at that version is its own copy, so only other versions are checked.
+            garbled = copy.deepcopy(nodes)
+            garbled[1]["metadata"]["labels"] = 5
+            assert filter_(4, garbled)[0] == ["node-1", "node-3", "node-5"]
+            garbled[1]["metadata"]["resourceVersion"] = "999999"
+            pod = {"metadata": {"name": "web-5", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
+            refused = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "Nodes": {"items": garbled}})
+            assert (refused.status_code, refused.json()) == (400, {"Error": "invalid filter request: Nodes.items[1] (node-1).metadata.labels must be an object of strings, got int"})
