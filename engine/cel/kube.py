@@ -317,25 +317,45 @@ def tolerates(toleration: _Obj, taint: _Obj, fn: str) -> bool:
     """Toleration.ToleratesTaint: an empty effect matches every effect; an empty key
     every key (the API allows that only with Exists); operator "" is Equal, which
     compares values; Exists ignores the value; any other operator tolerates nothing."""
-    effect = _text(toleration.get("effect"), fn, "toleration.effect")
-    if effect and effect != _text(taint.get("effect"), fn, "taint.effect"):
+    effect = _field(toleration, "effect", fn, "toleration")
+    if effect and effect != _field(taint, "effect", fn, "taint"):
         return False
-    key = _text(toleration.get("key"), fn, "toleration.key")
-    if key and key != _text(taint.get("key"), fn, "taint.key"):
+    key = _field(toleration, "key", fn, "toleration")
+    if key and key != _field(taint, "key", fn, "taint"):
         return False
-    operator = _text(toleration.get("operator"), fn, "toleration.operator")
-    if operator in ("", "Equal"):
-        return _text(toleration.get("value"), fn, "toleration.value") == _text(taint.get("value"), fn, "taint.value")
-    return operator == "Exists"
+    operator = _field(toleration, "operator", fn, "toleration")
+    if operator == "Exists":
+        return True
+    if operator == "" or operator == "Equal":
+        return _field(toleration, "value", fn, "toleration") == _field(taint, "value", fn, "taint")
+    return False
+
+
+def _field(obj: _Obj, name: str, fn: str, what: str) -> str:
+    """A string field of a toleration or taint ("" when absent, as Go's zero value)."""
+    value = obj.get(name)
+    if type(value) is str:
+        return value
+    return _text(value, fn, f"{what}.{name}")
 
 
 def _tolerations(pod: _Obj, fn: str) -> list[_Obj]:
-    spec = _map(pod.get("spec"), fn, "pod.spec")
-    return [_map(t, fn, f"pod.spec.tolerations[{i}]") for i, t in enumerate(_list(spec.get("tolerations"), fn, "pod.spec.tolerations"))]
+    spec = pod.get("spec")
+    if type(spec) is not dict:
+        spec = _map(spec, fn, "pod.spec")
+    raw = spec.get("tolerations")
+    if not raw:
+        return []
+    if type(raw) is not list:
+        raw = _list(raw, fn, "pod.spec.tolerations")
+    return [t if type(t) is dict else _map(t, fn, f"pod.spec.tolerations[{i}]") for i, t in enumerate(raw)]
 
 
 def _any_tolerates(tolerations: Iterable[_Obj], taint: _Obj, fn: str) -> bool:
-    return any(tolerates(t, taint, fn) for t in tolerations)
+    for toleration in tolerations:
+        if tolerates(toleration, taint, fn):
+            return True
+    return False
 
 
 def tolerates_taint_fn(*args: Any) -> bool:
@@ -354,15 +374,29 @@ def pod_tolerates_taint_fn(*args: Any) -> bool:
 
 
 def untolerated_taints(pod: _Obj, node: _Obj, fn: str) -> list[_Obj]:
-    """The node's NoSchedule/NoExecute taints none of the pod's tolerations tolerates, in order."""
-    spec = _map(node.get("spec"), fn, "node.spec")
-    taints = [_map(t, fn, f"node.spec.taints[{i}]") for i, t in enumerate(_list(spec.get("taints"), fn, "node.spec.taints"))]
-    filtered = [t for t in taints if _text(t.get("effect"), fn, "taint.effect") in FILTERED_EFFECTS]
-    if not filtered:
+    """The node's NoSchedule/NoExecute taints none of the pod's tolerations tolerates, in order.
+    Evaluated for every node of a request: the usual shapes take the short way."""
+    spec = node.get("spec")
+    if type(spec) is not dict:
+        spec = _map(spec, fn, "node.spec")
+    taints = spec.get("taints")
+    if not taints:
         return []
-    tolerations = _tolerations(pod, fn)
-    # Copies: the result is a new value, not part of the node (library.py's READS contract).
-    return [dict(t) for t in filtered if not _any_tolerates(tolerations, t, fn)]
+    if type(taints) is not list:
+        taints = _list(taints, fn, "node.spec.taints")
+    tolerations: list[_Obj] | None = None
+    out: list[_Obj] = []
+    for i, taint in enumerate(taints):
+        if type(taint) is not dict:
+            taint = _map(taint, fn, f"node.spec.taints[{i}]")
+        if _field(taint, "effect", fn, "taint") not in FILTERED_EFFECTS:
+            continue
+        if tolerations is None:
+            tolerations = _tolerations(pod, fn)
+        if not _any_tolerates(tolerations, taint, fn):
+            # A copy: the result is a new value, not part of the node (library.py's READS contract).
+            out.append(dict(taint))
+    return out
 
 
 def untolerated_taints_fn(*args: Any) -> list[_Obj]:
@@ -541,19 +575,45 @@ def pod_node_affinity_matches_fn(*args: Any) -> bool:
 
 
 def node_free(node: _Obj, node_info: _Obj, name: str, fn: str = "kube.nodeFree") -> Quantity:
-    """Allocatable minus requested: may be negative on an overcommitted node."""
-    status = _map(node.get("status"), fn, "node.status")
-    allocatable = _map(status.get("allocatable"), fn, "node.status.allocatable")
-    have = _quantity(allocatable[name], fn, f"node.status.allocatable[{name!r}]") if name in allocatable else ZERO
+    """Allocatable minus requested: may be negative on an overcommitted node. Evaluated
+    for every node of a request: the usual shapes take the short way."""
+    status = node.get("status")
+    if type(status) is not dict:
+        status = _map(status, fn, "node.status")
+    allocatable = status.get("allocatable")
+    if type(allocatable) is not dict:
+        allocatable = _map(allocatable, fn, "node.status.allocatable")
+    have = _resource(allocatable, name, fn, "node.status.allocatable")
     if name == "pods":
         count = node_info.get("podCount", 0)
         if type(count) is not int:
             raise EvalError(f"{fn}: nodeInfo.podCount must be an int, not {type_name(count)}")
         used = Quantity(count, 0, False, DECIMAL_SI)
     else:
-        requested = _map(node_info.get("requested"), fn, "nodeInfo.requested")
-        used = _quantity(requested[name], fn, f"nodeInfo.requested[{name!r}]") if name in requested else ZERO
+        requested = node_info.get("requested")
+        if type(requested) is not dict:
+            requested = _map(requested, fn, "nodeInfo.requested")
+        used = _resource(requested, name, fn, "nodeInfo.requested")
+    if used.mantissa == 0:
+        return have
+    if not have.is_dec and not used.is_dec and have.exponent == used.exponent:
+        left = have.mantissa - used.mantissa  # the common case: both in the same unit (m, or none)
+        if INT64_MIN <= left <= INT64_MAX:
+            return Quantity(left, have.exponent, False, have.format if have.mantissa else used.format)
     return _add(have, _negated(used))
+
+
+def _resource(resources: _Obj, name: str, fn: str, where: str) -> Quantity:
+    """One entry of a ResourceList, zero when absent."""
+    value = resources.get(name)
+    if value is None and name not in resources:
+        return ZERO
+    if type(value) is str:
+        try:
+            return parse_quantity(value)
+        except EvalError:
+            pass
+    return _quantity(value, fn, f"{where}[{name!r}]")
 
 
 def node_free_fn(*args: Any) -> Quantity:
@@ -568,11 +628,15 @@ def node_free_fn(*args: Any) -> Quantity:
 # selector term or expression the call can visit, as a comprehension over them would be.
 
 
-def _size_at(obj: Any, *path: str) -> int:
-    for key in path:
-        if not isinstance(obj, dict):
+def _size_at(obj: Any, first: str, second: str = "") -> int:
+    """The length of the list or map at ``obj[first][second]`` (0 for anything else)."""
+    if type(obj) is not dict:
+        return 0
+    obj = obj.get(first)
+    if second:
+        if type(obj) is not dict:
             return 0
-        obj = obj.get(key)
+        obj = obj.get(second)
     return len(obj) if type(obj) in (list, tuple, dict) else 0
 
 
