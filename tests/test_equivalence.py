@@ -3,6 +3,7 @@ full evaluation gives, through pod, node, nodeInfo, clock and policy changes."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import random
@@ -450,42 +451,63 @@ def test_a_class_remembers_the_nodes_outside_the_current_window_of_names(tracked
 
 
 def test_over_http_a_request_the_cache_answers_skips_the_worker_thread_and_a_cold_one_uses_it(tmp_path: Path) -> None:
-    import time
-
     import httpx
 
-    from server.app import create_app
     from server.extender import INLINE_MISSES
-    from server.settings import Settings
-
-    from .fakeapi import FakeApiServer
-    from .serving import serve
 
     names = [f"node-{i}" for i in range(INLINE_MISSES + 8)]
-    (tmp_path / "pools.yaml").write_text(POOL_POLICY)
-    with FakeApiServer(bookmark_interval=0.2) as api:
-        for i, name in enumerate(names):
-            api.state.add_node({"metadata": {"name": name, "labels": {"pool": "ml" if i % 2 else "web"}}})
-        settings = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on")
-        with serve(create_app(settings)) as url:
-            deadline = time.monotonic() + 10
-            while httpx.get(url + "/readyz").status_code != 200:
-                assert time.monotonic() < deadline, "kpe did not sync"
-                time.sleep(0.05)
+    with kpe_on_pools(tmp_path, len(names)) as url:
 
-            def filter_and_count(i: int) -> float:
-                pod = {"metadata": {"name": f"web-{i}", "namespace": "apps", "uid": f"uid-web-{i}"}, "spec": {"containers": [{"name": "c"}]}}
-                answer = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "NodeNames": names}).json()
-                assert answer["NodeNames"] == names[1::2] and set(answer["FailedNodes"]) == set(names[::2])
-                metrics = httpx.get(url + "/metrics").text.splitlines()
-                return sum(float(line.rpartition(" ")[2]) for line in metrics if line.startswith('kpe_worker_requests_total{verb="filter"}'))
+        def filter_and_count(i: int) -> float:
+            pod = {"metadata": {"name": f"web-{i}", "namespace": "apps", "uid": f"uid-web-{i}"}, "spec": {"containers": [{"name": "c"}]}}
+            answer = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "NodeNames": names}).json()
+            assert answer["NodeNames"] == names[1::2] and set(answer["FailedNodes"]) == set(names[::2])
+            metrics = httpx.get(url + "/metrics").text.splitlines()
+            return sum(float(line.rpartition(" ")[2]) for line in metrics if line.startswith('kpe_worker_requests_total{verb="filter"}'))
 
-            assert filter_and_count(1) == 1.0, f"{len(names)} nodes to evaluate: over {INLINE_MISSES}, the worker evaluates them"
-            assert filter_and_count(2) == 1.0, "the same class again: every node remembered, answered on the event loop"
-            assert filter_and_count(3) == 1.0
+        assert filter_and_count(1) == 1.0, f"{len(names)} nodes to evaluate: over {INLINE_MISSES}, the worker evaluates them"
+        assert filter_and_count(2) == 1.0, "the same class again: every node remembered, answered on the event loop"
+        assert filter_and_count(3) == 1.0
 
 
 def test_whole_nodes_of_the_version_kpe_has_cached_are_answered_from_memory_and_others_as_sent(tmp_path: Path) -> None:
+    import httpx
+
+    with kpe_on_pools(tmp_path, 6) as url:
+        nodes = [httpx.get(url + f"/apis/v1/nodes/node-{i}").json()["node"] for i in range(6)]  # as the API server has them
+
+        def filter_(i: int, sent: list[dict[str, Any]]) -> tuple[list[str], dict[str, float]]:
+            pod = {"metadata": {"name": f"web-{i}", "namespace": "apps", "uid": f"uid-web-{i}"}, "spec": {"containers": [{"name": "c"}]}}
+            answer = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "Nodes": {"items": sent}}).json()
+            lines = httpx.get(url + "/metrics").text.splitlines()
+            counted = {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in lines if line.startswith("kpe_equivalence_cache_nodes_total{")}
+            return [n["metadata"]["name"] for n in answer["Nodes"]["items"]], counted
+
+        hit, miss = 'kpe_equivalence_cache_nodes_total{result="hit",verb="filter"}', 'kpe_equivalence_cache_nodes_total{result="miss",verb="filter"}'
+        assert filter_(1, nodes)[0] == ["node-1", "node-3", "node-5"]
+        passed, counted = filter_(2, copy.deepcopy(nodes))
+        assert passed == ["node-1", "node-3", "node-5"] and counted.get(hit) == 6.0, "the same versions: answered from memory"
+        # The scheduler's copy of node-0 is newer than kpe's (relabelled; kpe's watch has not caught up).
+        newer = copy.deepcopy(nodes)
+        newer[0]["metadata"]["labels"]["pool"] = "ml"
+        newer[0]["metadata"]["resourceVersion"] = "999999"
+        passed, counted = filter_(3, newer)
+        assert passed == ["node-0", "node-1", "node-3", "node-5"], "a node of another version is judged as sent"
+        assert counted.get(hit) == 11.0 and counted.get(miss) == 7.0
+        # What kpe evaluates for a node it has at that version is its own copy, so only other versions are checked.
+        garbled = copy.deepcopy(nodes)
+        garbled[1]["metadata"]["labels"] = 5
+        assert filter_(4, garbled)[0] == ["node-1", "node-3", "node-5"]
+        garbled[1]["metadata"]["resourceVersion"] = "999999"
+        pod = {"metadata": {"name": "web-5", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
+        refused = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "Nodes": {"items": garbled}})
+        assert (refused.status_code, refused.json()) == (400, {"Error": "invalid filter request: Nodes.items[1] (node-1).metadata.labels must be an object of strings, got int"})
+
+
+@contextlib.contextmanager
+def kpe_on_pools(tmp_path: Path, count: int) -> Iterator[str]:
+    """kpe serving POOL_POLICY with cluster access, synced with a fake API server's ``count``
+    nodes (node-0, node-1, ...; odd ones in the ml pool)."""
     import time
 
     import httpx
@@ -498,7 +520,7 @@ def test_whole_nodes_of_the_version_kpe_has_cached_are_answered_from_memory_and_
 
     (tmp_path / "pools.yaml").write_text(POOL_POLICY)
     with FakeApiServer(bookmark_interval=0.2) as api:
-        for i in range(6):
+        for i in range(count):
             api.state.add_node({"metadata": {"name": f"node-{i}", "labels": {"pool": "ml" if i % 2 else "web"}}})
         settings = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on")
         with serve(create_app(settings)) as url:
@@ -506,31 +528,4 @@ def test_whole_nodes_of_the_version_kpe_has_cached_are_answered_from_memory_and_
             while httpx.get(url + "/readyz").status_code != 200:
                 assert time.monotonic() < deadline, "kpe did not sync"
                 time.sleep(0.05)
-            nodes = [httpx.get(url + f"/apis/v1/nodes/node-{i}").json()["node"] for i in range(6)]  # as the API server has them
-
-            def filter_(i: int, sent: list[dict[str, Any]]) -> tuple[list[str], dict[str, float]]:
-                pod = {"metadata": {"name": f"web-{i}", "namespace": "apps", "uid": f"uid-web-{i}"}, "spec": {"containers": [{"name": "c"}]}}
-                answer = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "Nodes": {"items": sent}}).json()
-                lines = httpx.get(url + "/metrics").text.splitlines()
-                counted = {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in lines if line.startswith("kpe_equivalence_cache_nodes_total{")}
-                return [n["metadata"]["name"] for n in answer["Nodes"]["items"]], counted
-
-            hit, miss = 'kpe_equivalence_cache_nodes_total{result="hit",verb="filter"}', 'kpe_equivalence_cache_nodes_total{result="miss",verb="filter"}'
-            assert filter_(1, nodes)[0] == ["node-1", "node-3", "node-5"]
-            passed, counted = filter_(2, copy.deepcopy(nodes))
-            assert passed == ["node-1", "node-3", "node-5"] and counted.get(hit) == 6.0, "the same versions: answered from memory"
-            # The scheduler's copy of node-0 is newer than kpe's (relabelled; kpe's watch has not caught up).
-            newer = copy.deepcopy(nodes)
-            newer[0]["metadata"]["labels"]["pool"] = "ml"
-            newer[0]["metadata"]["resourceVersion"] = "999999"
-            passed, counted = filter_(3, newer)
-            assert passed == ["node-0", "node-1", "node-3", "node-5"], "a node of another version is judged as sent"
-            assert counted.get(hit) == 11.0 and counted.get(miss) == 7.0
-            # What kpe evaluates for a node it has at that version is its own copy, so only other versions are checked.
-            garbled = copy.deepcopy(nodes)
-            garbled[1]["metadata"]["labels"] = 5
-            assert filter_(4, garbled)[0] == ["node-1", "node-3", "node-5"]
-            garbled[1]["metadata"]["resourceVersion"] = "999999"
-            pod = {"metadata": {"name": "web-5", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
-            refused = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "Nodes": {"items": garbled}})
-            assert (refused.status_code, refused.json()) == (400, {"Error": "invalid filter request: Nodes.items[1] (node-1).metadata.labels must be an object of strings, got int"})
+            yield url
