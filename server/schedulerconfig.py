@@ -15,6 +15,9 @@ latency) and never skips one a policy needs:
   count the victims do not change). The preempt verb is kpe's only chance to
   drop such a node before the victims are deleted; without it they are
   evicted in vain and the pod stays pending.
+- Reservations (``kind: Reservation``) need ``preemptVerb`` and every pod,
+  whatever their own policy matches: the preempt verb is where kpe keeps
+  every pod but a reservation's owners from evicting its placeholders.
 - ``managedResources`` only when every policy the scheduler calls kpe for
   matches nothing but pods requesting some extended resources: kube-scheduler
   then sends kpe only pods that request or limit one of them (containers and
@@ -174,11 +177,14 @@ def plan(policy_set: PolicySet) -> ExtenderPlan:
         if invalid:
             # kube-scheduler refuses such managedResources, and every pod has cpu and memory anyway.
             reason = f"match.resources names resources that are not extended resources: {', '.join(invalid)}"
+    if not reason and policy_set.reservations:
+        reason = f"reservation {policy_set.reservations[0].name} vetoes every other pod's preemption of its placeholders"
     return ExtenderPlan(
         filter=tuple(p.name for p in policies if p.filters),
         prioritize=tuple(p.name for p in policies if p.scores),
         # Filters too: the scheduler's preemption dry run never calls kpe's filter (module docstring).
-        preempt=tuple(p.name for p in policies if p.filters or p.preemption is not None),
+        # And reservations: the preempt verb keeps everyone but their owners off their placeholders.
+        preempt=tuple(p.name for p in policies if p.filters or p.preemption is not None or p.reservation is not None),
         managed_resources=tuple(sorted(resources)) if users and not reason else (),
         every_pod_reason=reason,
     )

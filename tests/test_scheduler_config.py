@@ -274,6 +274,24 @@ def test_no_managed_resources_when_one_extender_policy_matches_every_pod(tmp_pat
     assert "every pod is sent to kpe: policy all applies to pods without match.resources" in text
 
 
+PREFERRED_GPUS = """apiVersion: kpe.dev/v1alpha1
+kind: Reservation
+metadata: {name: gpus}
+spec:
+  slots: 1
+  mode: Preferred
+  owners: {resources: [nvidia.com/gpu]}
+  template: {resources: {requests: {nvidia.com/gpu: 1}}}
+"""
+
+
+def test_a_reservation_needs_the_preempt_verb_for_every_pod_even_when_its_owners_only_score(tmp_path: Path) -> None:
+    code, text = run("--entry-only", "--policies", write_policies(tmp_path, policy("gpu", SCORE, resources=["nvidia.com/gpu"]), PREFERRED_GPUS))
+    entry = yaml.safe_load(text)
+    assert code == EXIT_OK and entry["preemptVerb"] == "preempt" and "managedResources" not in entry
+    assert "every pod is sent to kpe: reservation gpus vetoes every other pod's preemption of its placeholders" in text
+
+
 def test_no_managed_resources_for_resources_the_scheduler_would_refuse(tmp_path: Path) -> None:
     entry = entry_for(tmp_path, policy("cpu", FILTER, resources=["cpu", "nvidia.com/gpu"]))
     assert "managedResources" not in entry

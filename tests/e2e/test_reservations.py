@@ -64,7 +64,7 @@ def test_an_owner_takes_the_reserved_slot_of_a_full_cluster_and_a_non_owner_does
         cluster.node(f"{ns}-{node}", cpu="4")
     try:
         with stand_in_kubelet(api, (ns, PLACEHOLDERS)):
-            kpe = cluster.start_kpe(extra=("--reservation-grace-s", "2", "--gate-resync-s", "1"))
+            kpe = cluster.start_kpe(extra=("--reservation-grace-s", "2", "--gate-resync-s", "1", "--lease-name", f"kpe-{name}"))
             cluster.start_scheduler(kpe)
             held = wait_until(lambda: (p := placeholder(api, slot)) and p["spec"].get("nodeName") and p, 30, "kube-scheduler to place the placeholder")
             reserved = held["spec"]["nodeName"]
@@ -100,6 +100,48 @@ def test_an_owner_takes_the_reserved_slot_of_a_full_cluster_and_a_non_owner_does
             assert back["spec"]["nodeName"] == reserved
             wait_until(lambda: kpe.http.get("/apis/v1/reservations").json()["reservations"][0]["slotStates"][0]["state"] == "free", 10, "the status to show the slot free")
             print(f"\n[e2e reservations] owner arrival to bound {landed:.2f}s, owner finished to placeholder bound {returned:.2f}s")
+    finally:
+        for pod in api.pods(PLACEHOLDERS):
+            if pod["metadata"].get("labels", {}).get("kpe.dev/reservation") == name:
+                api.delete(f"/api/v1/namespaces/{PLACEHOLDERS}/pods/{pod['metadata']['name']}", grace=0)
+
+
+OTHER = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: anything}
+spec:
+  scores: [{name: flat, expression: "1"}]
+"""
+
+
+def test_two_replicas_create_each_placeholder_once_and_removing_the_reservation_frees_its_capacity(cluster: Cluster) -> None:
+    ns, api = cluster.namespace, cluster.api
+    name = "r" + ns[-6:]
+    api.priority_class("kpe-placeholder", -10)
+    cluster.write_policy("reservation.yaml", RESERVATION.format(name=name, namespace=ns).replace("slots: 1", "slots: 2"))
+    cluster.node(f"{ns}-a", cpu="4")
+    flags = ("--reservation-grace-s", "2", "--gate-resync-s", "1", "--lease-name", f"kpe-{name}", "--lease-duration-s", "3")
+    try:
+        with stand_in_kubelet(api, (ns, PLACEHOLDERS)):
+            replicas = [cluster.start_kpe(identity=identity, extra=flags) for identity in ("kpe-a", "kpe-b")]
+            cluster.start_scheduler(replicas[0])
+            slots = [f"kpe-{name}-0", f"kpe-{name}-1"]
+            wait_until(lambda: all((p := placeholder(api, s)) and p["spec"].get("nodeName") for s in slots), 30, "both placeholders placed")
+            time.sleep(2.0)  # a few more passes of both replicas
+            created = sum(k.metric("kpe_reservation_placeholders_total", reservation=name, action="created") for k in replicas)
+            assert created == 2, f"{created} placeholders created for 2 slots"
+
+            calls = replicas[0].metric("kpe_requests_total", verb="preempt", code="200")
+            api.pod(ns, "web", cpu="2", priority_class="e2e-high", labels={"team": "b"})
+            wait_until(lambda: replicas[0].metric("kpe_requests_total", verb="preempt", code="200") > calls, 30, "the scheduler to ask kpe to preempt")
+            assert "web" not in cluster.bound() and all(placeholder(api, s) for s in slots)
+
+            cluster.write_policy("other.yaml", OTHER)
+            started = time.monotonic()
+            (cluster.policies / "reservation.yaml").unlink()
+            wait_until(lambda: not any(placeholder(api, s) for s in slots), 30, "the placeholders of the removed reservation to go")
+            assert cluster.wait_bound(["web"], 60)["web"] == f"{ns}-a"
+            print(f"\n[e2e reservations] reservation removed to the non-owner bound {time.monotonic() - started:.2f}s")
     finally:
         for pod in api.pods(PLACEHOLDERS):
             if pod["metadata"].get("labels", {}).get("kpe.dev/reservation") == name:
