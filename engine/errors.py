@@ -28,6 +28,7 @@ CODES = {
     "KPE400": "duplicate policy name",
     "KPE401": "duplicate rule or variable name",
     "KPE402": "the policy set is empty",
+    "KPE403": "a reservation's template holds a bad quantity",
     "KPE500": "policy test failed to load",
 }
 

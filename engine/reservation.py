@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .compiler import CostLimits, compile_policy
-from .documents import Document
+from .documents import Document, format_path
 from .errors import PolicyError
 from .policy import Policy
 from .schema import validate
@@ -109,6 +109,7 @@ def compile_reservation(doc: Document, cost_limits: CostLimits | None = None) ->
     )
     policy, policy_errors = compile_policy(policy_doc, cost_limits)
     errors = [replace(e, policy=name, path=e.path.replace("spec.match", "spec.owners", 1)) for e in policy_errors]
+    errors += _bad_quantities(doc, name)
     if policy is None or errors:
         return None, errors
     template = spec.get("template") or {}
@@ -122,6 +123,23 @@ def compile_reservation(doc: Document, cost_limits: CostLimits | None = None) ->
         template_hash=hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10],
     )
     return replace(policy, source=data, reservation=reservation), []
+
+
+def _bad_quantities(doc: Document, name: str) -> list[PolicyError]:
+    """KPE403: template quantities the API server would refuse (no placeholder could be made)."""
+    from .cel.quantity import parse_quantity
+
+    errors: list[PolicyError] = []
+    resources = ((doc.data["spec"].get("template") or {}).get("resources")) or {}
+    for kind in ("requests", "limits"):
+        for resource, value in (resources.get(kind) or {}).items():
+            path = ("spec", "template", "resources", kind, resource)
+            try:
+                parse_quantity(str(value))
+            except Exception as exc:  # noqa: BLE001 - EvalError carries Kubernetes' own message
+                message = f"{resource}: {value!r} is not a quantity ({exc})"
+                errors.append(PolicyError("KPE403", message, doc.location(path), policy=name, path=format_path(path)))
+    return errors
 
 
 def _moved(table: Mapping[tuple[str | int, ...], Any]) -> dict[tuple[str | int, ...], Any]:

@@ -76,6 +76,11 @@ def test_a_reservation_loads_as_its_owners_policy_and_its_errors_point_into_the_
     with pytest.raises(PolicyLoadError) as caught:
         load_text(2 * (RESERVATION.replace("RETURN", "true") + "---\n"), file="r.yaml")
     assert [e.code for e in caught.value.errors] == ["KPE400"]
+    with pytest.raises(PolicyLoadError) as caught:
+        load_text(RESERVATION.replace("RETURN", "true").replace('cpu: "1"', 'cpu: "1 core"'), file="r.yaml")
+    [error] = caught.value.errors
+    assert (error.code, error.path, error.location.line) == ("KPE403", "spec.template.resources.requests.cpu", 10)
+    assert error.message.startswith("cpu: '1 core' is not a quantity (")
 
 
 def test_a_placeholder_holds_the_template_at_low_priority_and_prefers_the_node_its_slot_was_on() -> None:
