@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import kubefilters
-from .admission import admit, gate_names, held_by_kpe, kpe_gates
+from .admission import admit, admitted_pods, gate_names, held_by_kpe, kpe_gates
 from .diagnosis import EvictionVerdict, preemption_verdicts
 from .evaluation import current_time
 from .filtering import filter_nodes
@@ -133,6 +133,7 @@ def decide(
     *,
     now: Any,
     dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]],
+    admitted: Sequence[Mapping[str, Any]] | None = None,
 ) -> Decision:
     filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now)
     reasons = {**dict.fromkeys(filtered.passed, ""), **filtered.failed, **filtered.unresolvable}
@@ -140,7 +141,7 @@ def decide(
     feasible_nodes = [n for n in nodes if node_name(n) in kept and kube[node_name(n)].passed]
     feasible = [node_name(n) for n in feasible_nodes]
     scores = score_nodes(policy_set, pod, feasible_nodes, node_info=info, now=now).scores if feasible_nodes else {}
-    admission = admit(policy_set, pod, nodes=nodes, pods=pods, now=now)
+    admission = admit(policy_set, pod, nodes=nodes, pods=pods, admitted=admitted, now=now)
     gates = {d.gate: (not d.satisfied, d.message, d.policy) for d in admission.decisions if not d.audit}
     decision = Decision(filtered.matched, reasons, feasible, scores, gates)
     if not feasible:
@@ -259,6 +260,7 @@ def preview(
         impact.notes.append(f"both sets are generation {old.generation}: the same policies, nothing changes")
         return impact
     info = node_info_map(nodes, pods)
+    everyone_admitted = admitted_pods(pods)
     for pod, running_on in [(p, "") for p in pending] + [(p, str(p["spec"]["nodeName"])) for p in running]:
         subject: Mapping[str, Any] = pod
         view: Mapping[str, Any] = info
@@ -268,11 +270,13 @@ def preview(
                 view = {**info, running_on: without_victims(info[running_on], [pod])}
         # A gated pod is decided as the gate controller does, among all pods; any other as if
         # created again, when it is not there yet.
-        others = pods if held_by_kpe(pod) else [p for p in pods if p is not pod]
+        held = held_by_kpe(pod)
+        others = pods if held else [p for p in pods if p is not pod]
+        admitted = everyone_admitted if held else [p for p in everyone_admitted if p is not pod]
         kube = kubefilters.check_all(subject, nodes, view)
         dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]] = {}
-        before = decide(old, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs)
-        after = decide(new, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs)
+        before = decide(old, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs, admitted=admitted)
+        after = decide(new, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs, admitted=admitted)
         impact.changes += compare(pod_label(pod), pod, before, after, top=top, running_on=running_on)
     impact.changes.sort(key=lambda c: (SEVERITY.index(c.kind), c.pod))
     return impact

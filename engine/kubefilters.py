@@ -37,7 +37,9 @@ from typing import Any
 from .cel import kube
 from .cel.errors import EvalError
 from .cel.quantity import Quantity
-from .nodeinfo import NodeInfoAccumulator, is_active, pod_key
+from .cel.quantity import _add as _q_add
+from .cel.quantity import _negated as _q_neg
+from .nodeinfo import is_active
 
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 # NodeResourcesFit checks these first, in this order; other requested resources after, by name.
@@ -68,9 +70,27 @@ def priority(pod: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def check(pod: Mapping[str, Any], node: Mapping[str, Any], node_info: Mapping[str, Any] | None) -> KubeVerdict:
+def check(
+    pod: Mapping[str, Any], node: Mapping[str, Any], node_info: Mapping[str, Any] | None, *, requests: Mapping[str, Quantity] | None = None
+) -> KubeVerdict:
     """The scheduler's filters above on ``node``; ``node_info`` None skips NodeResourcesFit
-    (without the pods on the node, free capacity is unknown)."""
+    (without the pods on the node, free capacity is unknown). ``requests``: the pod's
+    effective requests, when the caller has them already (``kube.podRequests``)."""
+    verdict = placement(pod, node)
+    if node_info is not None and not _cannot_tell(verdict):
+        reasons, unresolvable = insufficient(pod, node, node_info, requests=requests)
+        verdict.reasons += reasons
+        verdict.unresolvable = verdict.unresolvable or unresolvable
+    return verdict
+
+
+def _cannot_tell(verdict: KubeVerdict) -> bool:
+    return any(r.startswith("kpe cannot tell: ") for r in verdict.reasons)
+
+
+def placement(pod: Mapping[str, Any], node: Mapping[str, Any]) -> KubeVerdict:
+    """NodeUnschedulable, TaintToleration and NodeAffinity: what does not depend on the pods
+    on the node (all unresolvable)."""
     name = str((node.get("metadata") or {}).get("name") or "")
     verdict = KubeVerdict(name)
     pod_d, node_d = dict(pod), dict(node)
@@ -89,15 +109,20 @@ def check(pod: Mapping[str, Any], node: Mapping[str, Any], node_info: Mapping[st
             verdict.unresolvable = True
     except EvalError as exc:
         verdict.reasons.append(f"kpe cannot tell: {exc.message}")
-        return verdict
-    if node_info is not None:
-        reasons, unresolvable = insufficient(pod, node, node_info)
-        verdict.reasons += reasons
-        verdict.unresolvable = verdict.unresolvable or unresolvable
     return verdict
 
 
-def insufficient(pod: Mapping[str, Any], node: Mapping[str, Any], node_info: Mapping[str, Any]) -> tuple[list[str], bool]:
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Quantity]:
+    """The pod's effective requests as NodeResourcesFit counts them (malformed ones left out)."""
+    try:
+        return kube.pod_requests(dict(pod), strict=False)
+    except EvalError:
+        return {}
+
+
+def insufficient(
+    pod: Mapping[str, Any], node: Mapping[str, Any], node_info: Mapping[str, Any], *, requests: Mapping[str, Quantity] | None = None
+) -> tuple[list[str], bool]:
     """NodeResourcesFit: its reasons, and whether one is unresolvable (the pod asks for
     more than the node's allocatable, so no eviction makes room)."""
     node_d, info = dict(node), dict(node_info)
@@ -107,7 +132,7 @@ def insufficient(pod: Mapping[str, Any], node: Mapping[str, Any], node_info: Map
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         if "pods" in allocatable and kube.node_free(node_d, info, "pods", _FN).compare(_ONE) < 0:
             reasons.append("Too many pods")
-        requests = kube.pod_requests(dict(pod), strict=False)
+        requests = requests if requests is not None else pod_requests(pod)
         order = [r for r in FIRST_RESOURCES if r in requests] + sorted(r for r in requests if r not in FIRST_RESOURCES and r != "pods")
         for resource in order:
             wanted = requests[resource]
@@ -127,9 +152,10 @@ _ONE = Quantity(1, 0, False, "DecimalSI")
 
 def check_all(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], node_info: Mapping[str, Any] | None) -> dict[str, KubeVerdict]:
     """``check`` for every node, by node name."""
+    requests = pod_requests(pod)
     out: dict[str, KubeVerdict] = {}
     for node in nodes:
-        verdict = check(pod, node, node_info.get(_name(node)) if node_info is not None else None)
+        verdict = check(pod, node, node_info.get(_name(node)) if node_info is not None else None, requests=requests)
         out[verdict.node] = verdict
     return out
 
@@ -141,6 +167,31 @@ def _name(node: Mapping[str, Any]) -> str:
 def _start(pod: Mapping[str, Any]) -> str:
     status = pod.get("status") or {}
     return str(status.get("startTime") or (pod.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+class _Room:
+    """What a node has left for the pod as pods are taken off it and put back: NodeResourcesFit
+    for the dry run, without rebuilding ``nodeInfo`` at every step."""
+
+    def __init__(self, node: Mapping[str, Any], node_info: Mapping[str, Any], requests: Mapping[str, Quantity]) -> None:
+        self.node, self.requests = dict(node), requests
+        self.free = {name: kube.node_free(self.node, dict(node_info), name, _FN) for name in requests if requests[name].sign() > 0}
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        self.pods = kube.node_free(self.node, dict(node_info), "pods", _FN) if "pods" in allocatable else None
+
+    def take(self, need: Mapping[str, Quantity], sign: int) -> None:
+        """Put a pod needing ``need`` back on the node (+1) or take it off (-1)."""
+        for name, q in need.items():
+            if name in self.free:
+                self.free[name] = _q_add(self.free[name], q if sign < 0 else _q_neg(q))
+        if self.pods is not None:
+            self.pods = _q_add(self.pods, _ONE if sign < 0 else _q_neg(_ONE))
+
+    def short(self) -> list[str]:
+        """NodeResourcesFit's reasons now ([] when the pod fits)."""
+        reasons = ["Too many pods"] if self.pods is not None and self.pods.compare(_ONE) < 0 else []
+        order = [r for r in FIRST_RESOURCES if r in self.free] + sorted(r for r in self.free if r not in FIRST_RESOURCES)
+        return reasons + [f"Insufficient {r}" for r in order if self.free[r].compare(self.requests[r]) < 0]
 
 
 def lower_priority_pods(pod: Mapping[str, Any], node_info: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
@@ -161,27 +212,27 @@ def dry_run_victims(pod: Mapping[str, Any], node: Mapping[str, Any], node_info: 
     candidates = lower_priority_pods(pod, node_info)
     if not candidates:
         return [], "no pod of lower priority runs there"
-    all_pods = list((node_info or {}).get("pods") or [])
-    gone = {pod_key(p) for p in candidates}
-    emptied = check(pod, node, _info_of([p for p in all_pods if pod_key(p) not in gone]))
-    if not emptied.passed:
-        return [], f"kube-scheduler's filters still reject it with all {len(candidates)} lower-priority pods evicted: {'; '.join(emptied.reasons)}"
-    victims: list[Mapping[str, Any]] = []
-    for candidate in candidates:
-        gone.discard(pod_key(candidate))
-        if not check(pod, node, _info_of([p for p in all_pods if pod_key(p) not in gone])).passed:
-            gone.add(pod_key(candidate))
-            victims.append(candidate)
-    if not victims:
+    requests = pod_requests(pod)
+    fixed = placement(pod, node)
+    if fixed.reasons:
+        return [], f"kube-scheduler's filters reject it whoever runs there: {'; '.join(fixed.reasons)}"
+    if not insufficient(pod, node, node_info or {}, requests=requests)[0]:
         return [], "kube-scheduler's dry run evicts no one there: its own filters pass with every pod in place"
+    # Only NodeResourcesFit changes as pods leave and come back: one running sum, adjusted.
+    room = _Room(node, node_info or {}, requests)
+    needs = [pod_requests(c) for c in candidates]
+    for need in needs:
+        room.take(need, -1)
+    still = room.short()
+    if still:
+        return [], f"kube-scheduler's filters still reject it with all {len(candidates)} lower-priority pods evicted: {'; '.join(still)}"
+    victims: list[Mapping[str, Any]] = []
+    for candidate, need in zip(candidates, needs):
+        room.take(need, +1)
+        if room.short():
+            room.take(need, -1)
+            victims.append(candidate)
     return victims, ""
 
 
-def _info_of(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    acc = NodeInfoAccumulator()
-    for p in pods:
-        acc.add(pod_key(p), p)
-    return acc.view()
-
-
-__all__ = ["KubeVerdict", "check", "check_all", "dry_run_victims", "insufficient", "lower_priority_pods", "priority"]
+__all__ = ["KubeVerdict", "check", "check_all", "dry_run_victims", "insufficient", "lower_priority_pods", "placement", "pod_requests", "priority"]
