@@ -3,6 +3,7 @@ routes, the policies, cached nodes, explanations and recent decisions."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -190,8 +191,11 @@ async def explain_pod(request: Request) -> Response:
     if pod is None:
         return json_response({"error": f"pod {wanted} is not in kpe's cache (deleted, or not seen yet)"}, 404)
     nodes = cache.nodes()
-    # nodeInfo is rebuilt only in the evaluation worker (see server.worker).
-    diagnosis = await state.worker.run(lambda: diagnose(policy_set, pod, nodes, cluster_pods=pods, node_info=cache.node_info))
+    # nodeInfo is rebuilt only in the evaluation worker (see server.worker); its views are
+    # replaced, never changed, so a copy of the map stays right. The explanation itself (seconds
+    # on a large cluster) runs in a thread of its own, not in the worker the verbs queue on.
+    info = await state.worker.run(lambda: dict(cache.node_info))
+    diagnosis = await asyncio.to_thread(diagnose, policy_set, pod, nodes, cluster_pods=pods, node_info=info)
     data = diagnosis.to_dict()
     if is_projected(pod):
         data["status"]["notes"].append("kpe's cache keeps only the fields its policies read of a bound pod: rules reading others see them missing.")
