@@ -146,6 +146,8 @@ def kpe_stats(url: str) -> dict[str, float]:
         out[f"{verb}_nodes"] = m("kpe_request_nodes_sum", verb=verb)
         out[f"{verb}_hit"] = m("kpe_equivalence_cache_nodes_total", verb=verb, result="hit")
         out[f"{verb}_miss"] = m("kpe_equivalence_cache_nodes_total", verb=verb, result="miss")
+    out["events"] = m("kpe_cache_events_total")
+    out["events_s"] = m("kpe_cache_event_seconds_total")
     return out
 
 
@@ -266,6 +268,12 @@ def main() -> int:
                 hits = f"{100 * total[f'{verb}_hit'] / looked:.1f}% of {looked:,.0f} nodes" if looked else "n/a (whole nodes)"
                 nodes = f"{total[f'{verb}_nodes'] / n:.0f}" if verb != "preempt" else "-"
                 print(f"| {mode} | {verb} | {n:,.0f} | {1000 * total[f'{verb}_s'] / n:.2f} | {nodes} | {hits} |")
+            pods = pods_per_mode[mode] * len(stats[mode])
+            requests_s = sum(total[f"{verb}_s"] for verb in ("filter", "prioritize", "preempt"))
+            print(f"\nkpe's event loop per scheduled pod ({mode}): {1000 * requests_s / pods:.2f} ms answering the scheduler, "
+                  f"{1000 * total['events_s'] / pods:.2f} ms applying {total['events'] / pods:.1f} watch events "
+                  f"({1e6 * total['events_s'] / max(total['events'], 1):.0f} µs each)")
+            print()
     print()
     print(f"total {time.monotonic() - started:.0f} s")
     return 0

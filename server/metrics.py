@@ -50,6 +50,10 @@ class Metrics:
         self.policies = Gauge("kpe_policies", "Policies in the serving set", registry=r)
         self.load_errors = Gauge("kpe_policy_load_errors", "Errors in the last policy load (0 when it was clean)", registry=r)
         self.cache_objects = Gauge("kpe_cache_objects", "Objects in kpe's cache", ["kind"], registry=r)
+        self.watch_events = Counter("kpe_cache_events_total", "Watch events applied to kpe's cache, per kind", ["kind"], registry=r)
+        self.watch_seconds = Counter(
+            "kpe_cache_event_seconds_total", "Time spent applying watch events to kpe's cache (on the event loop that answers the scheduler), per kind", ["kind"], registry=r
+        )
         self.watch_restarts = Counter("kpe_watch_restarts_total", "Watch restarts by kind and reason", ["kind", "reason"], registry=r)
         self.cache_lag = Gauge("kpe_cache_lag_seconds", "Seconds since the last word (event or bookmark) from the API server", ["kind"], registry=r)
         self.unknown_nodes = Counter("kpe_unknown_nodes_total", "Node names the cache did not know", ["verb"], registry=r)
@@ -121,6 +125,11 @@ class Metrics:
                 per_rule[key] = per_rule.get(key, 0) + 1
             for (policy, rule), n in per_rule.items():
                 self._child(counter, policy, rule, kind).inc(n)
+
+    def count_applied(self, kind: str, seconds: float) -> None:
+        child = self._child(self.watch_events, kind)
+        child.inc()
+        self._child(self.watch_seconds, kind).inc(seconds)
 
     def observe_nodes(self, verb: str, nodes: int) -> None:
         self._child(self.nodes_per_request, verb).observe(nodes)

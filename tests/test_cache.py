@@ -495,9 +495,10 @@ def test_watch_events_cut_anywhere_by_the_stream_reach_the_cache_whole_and_in_or
     # the next hold the rest and several more events (a burst after a relist does that).
     api.state.add_node(node("node-1"))
     api.state.watch_chunk_bytes = 333
+    metrics = Metrics()
 
     async def body() -> None:
-        async with cache_on(kubeconfig) as (_client, cache):
+        async with cache_on(kubeconfig, metrics=metrics) as (_client, cache):
             for i in range(30):
                 api.state.add_pod(pod(f"web-{i:02d}", cpu=f"{i + 1}m", nodeName="node-1"))
             api.state.delete("pods", "web-07", "demo")
@@ -508,3 +509,6 @@ def test_watch_events_cut_anywhere_by_the_stream_reach_the_cache_whole_and_in_or
             assert cache.node_info["node-1"]["requested"]["cpu"] == f"{sum(range(1, 31)) - 8}m"
 
     run(body)
+    # Each event applied is counted with the time it took (31 pod events: 30 added, 1 deleted).
+    assert metrics.registry.get_sample_value("kpe_cache_events_total", {"kind": "pod"}) == 31
+    assert (metrics.registry.get_sample_value("kpe_cache_event_seconds_total", {"kind": "pod"}) or 0) > 0
