@@ -17,7 +17,9 @@ latency) and never skips one a policy needs:
   evicted in vain and the pod stays pending.
 - Reservations (``kind: Reservation``) need ``preemptVerb`` and every pod,
   whatever their own policy matches: the preempt verb is where kpe keeps
-  every pod but a reservation's owners from evicting its placeholders.
+  every pod but a reservation's owners from evicting its placeholders. They
+  get ``filterVerb`` and ``prioritizeVerb`` too, so that a reload changing
+  ``Preferred`` (a score) to ``Required`` (a filter) needs no new configuration.
 - ``managedResources`` only when every policy the scheduler calls kpe for
   matches nothing but pods requesting some extended resources: kube-scheduler
   then sends kpe only pods that request or limit one of them (containers and
@@ -180,8 +182,9 @@ def plan(policy_set: PolicySet) -> ExtenderPlan:
     if not reason and policy_set.reservations:
         reason = f"reservation {policy_set.reservations[0].name} vetoes every other pod's preemption of its placeholders"
     return ExtenderPlan(
-        filter=tuple(p.name for p in policies if p.filters),
-        prioritize=tuple(p.name for p in policies if p.scores),
+        # A reservation's mode can change on reload (Required filters, Preferred scores): both verbs.
+        filter=tuple(p.name for p in policies if p.filters or p.reservation is not None),
+        prioritize=tuple(p.name for p in policies if p.scores or p.reservation is not None),
         # Filters too: the scheduler's preemption dry run never calls kpe's filter (module docstring).
         # And reservations: the preempt verb keeps everyone but their owners off their placeholders.
         preempt=tuple(p.name for p in policies if p.filters or p.preemption is not None or p.reservation is not None),

@@ -285,10 +285,11 @@ spec:
 """
 
 
-def test_a_reservation_needs_the_preempt_verb_for_every_pod_even_when_its_owners_only_score(tmp_path: Path) -> None:
+def test_a_reservation_needs_every_verb_for_every_pod_even_when_its_owners_only_score(tmp_path: Path) -> None:
     code, text = run("--entry-only", "--policies", write_policies(tmp_path, policy("gpu", SCORE, resources=["nvidia.com/gpu"]), PREFERRED_GPUS))
     entry = yaml.safe_load(text)
     assert code == EXIT_OK and entry["preemptVerb"] == "preempt" and "managedResources" not in entry
+    assert entry["filterVerb"] == "filter" and entry["prioritizeVerb"] == "prioritize"  # its mode may change on reload
     assert "every pod is sent to kpe: reservation gpus vetoes every other pod's preemption of its placeholders" in text
 
 

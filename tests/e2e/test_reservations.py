@@ -146,3 +146,40 @@ def test_two_replicas_create_each_placeholder_once_and_removing_the_reservation_
         for pod in api.pods(PLACEHOLDERS):
             if pod["metadata"].get("labels", {}).get("kpe.dev/reservation") == name:
                 api.delete(f"/api/v1/namespaces/{PLACEHOLDERS}/pods/{pod['metadata']['name']}", grace=0)
+
+
+def test_preferred_owners_go_to_a_slot_first_and_run_elsewhere_when_none_is_free_while_required_ones_wait(cluster: Cluster) -> None:
+    ns, api = cluster.namespace, cluster.api
+    name = "r" + ns[-6:]
+    slot = f"kpe-{name}-0"
+    api.priority_class("kpe-placeholder", -10)
+    preferred = RESERVATION.format(name=name, namespace=ns).replace("  slots: 1\n", "  slots: 1\n  mode: Preferred\n")
+    cluster.write_policy("reservation.yaml", preferred)
+    for node in ("a", "b"):
+        cluster.node(f"{ns}-{node}", cpu="4")
+    try:
+        with stand_in_kubelet(api, (ns, PLACEHOLDERS)):
+            kpe = cluster.start_kpe(extra=("--reservation-grace-s", "2", "--gate-resync-s", "1", "--lease-name", f"kpe-{name}"))
+            cluster.start_scheduler(kpe)
+            held = wait_until(lambda: (p := placeholder(api, slot)) and p["spec"].get("nodeName") and p, 30, "the placeholder placed")
+            reserved = held["spec"]["nodeName"]
+            # Room on both nodes: kpe's score sends the owner beside the placeholder, and it takes the slot.
+            api.pod(ns, "first", cpu="1", priority_class="e2e-low", labels={"team": "a"})
+            assert cluster.wait_bound(["first"])["first"] == reserved
+            wait_until(lambda: placeholder(api, slot) is None, 15, "the taken slot's placeholder to go")
+            assert api.get_pod(ns, "first")["metadata"]["annotations"]["kpe.dev/reservation-slot"] == f"{name}/0"
+            # No free slot left: a Preferred owner still runs.
+            api.pod(ns, "second", cpu="1", priority_class="e2e-low", labels={"team": "a"})
+            cluster.wait_bound(["second"])
+            # The same reservation Required: a third owner has no slot anywhere and waits.
+            cluster.write_policy("reservation.yaml", RESERVATION.format(name=name, namespace=ns))
+            wait_until(lambda: kpe.http.get("/apis/v1/reservations").json()["reservations"][0]["mode"] == "Required", 15, "the reload")
+            api.pod(ns, "third", cpu="1", priority_class="e2e-low", labels={"team": "a"})
+            time.sleep(2.0)
+            assert "third" not in cluster.bound()
+            api.delete(f"/api/v1/namespaces/{ns}/pods/first", grace=0)  # its slot comes back, and the third owner takes it
+            assert cluster.wait_bound(["third"], 30)["third"] == reserved
+    finally:
+        for pod in api.pods(PLACEHOLDERS):
+            if pod["metadata"].get("labels", {}).get("kpe.dev/reservation") == name:
+                api.delete(f"/api/v1/namespaces/{PLACEHOLDERS}/pods/{pod['metadata']['name']}", grace=0)
