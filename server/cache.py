@@ -51,9 +51,14 @@ reads cached pods, and what it reads of them (keep ``KPE_READS`` in step):
   ``metadata.deletionTimestamp``, the requests above.
 - ``server.introspection`` (``node_info``, ``pods()``): ``/apis/v1/nodes/{name}``
   lists ``metadata.namespace``/``name``; explain as the verbs.
+- ``server.reservations`` / ``engine.slots`` (``pods()``): the reservation
+  labels and annotations, ``status.nominatedNodeName``, ``deletionTimestamp``,
+  ``creationTimestamp``, ``spec.nodeName``, ``status.phase``; whether a bound
+  pod owns a reservation it judges by namespace only, then on the pod read
+  whole from the API server before it claims a slot.
 - Match conditions (``engine.selectors``, ``engine.evaluation.matching_scopes``:
-  namespaces, labels, resources, expression) read only the pod being decided,
-  which comes from the request or is a gated pod: never a projected one.
+  namespaces, labels, resources, expression) otherwise read only the pod being
+  decided, which comes from the request or is a gated pod: never a projected one.
 - ``on_event`` subscribers get the object as kept (none in kpe itself).
 
 A reload whose set reads a field the cache dropped must not serve before the
