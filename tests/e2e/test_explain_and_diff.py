@@ -101,6 +101,7 @@ def test_a_pending_pod_explained_live_and_policy_changes_previewed_on_a_snapshot
     code, out = kpe("diff", "--from", str(cluster.policies), "--to", str(opened), "--snapshot", str(snapshot), "--output", "json")
     preview = json.loads(out)
     assert code == 1 and preview["counts"] == {"nodes-gained": 4, "schedulable": 1}
+    opened_counts = preview["counts"]
     change = next(c for c in preview["changes"] if c["kind"] == "schedulable")
     assert change["pod"] == f"{ns}/b-new" and f"no longer rejected by pools/dedicated-pool (1: {ns}-pool-a)" in change["summary"]
     assert kpe("diff", "--from", str(cluster.policies), "--to", str(opened), "--snapshot", str(snapshot), "--fail-on", "unschedulable")[0] == 0
@@ -117,4 +118,4 @@ def test_a_pending_pod_explained_live_and_policy_changes_previewed_on_a_snapshot
     assert hidden["counts"] == preview["counts"], "anonymised, the same decisions"
     live = json.loads(kpe(*argv, "--kubeconfig", str(cluster.plane.kubeconfig))[1])
     assert live["counts"] == preview["counts"] and live["unschedulablePods"] == preview["unschedulablePods"]
-    print(f"\n[e2e explain+diff] explained {ns}/b-new via kpe and the API; previews: opened {preview['counts']}, retired {live['counts']}")
+    print(f"\n[e2e explain+diff] explained {ns}/b-new via kpe and the API; previews: opened {opened_counts}, retired {live['counts']}")
