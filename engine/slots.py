@@ -36,9 +36,9 @@ FINISHED = ("Succeeded", "Failed")
 
 @dataclass
 class SlotMemory:
-    """What the leader remembers between passes (a new leader starts empty: it then
-    recreates consumed slots of reservations that do not return slots, and waits
-    ``grace_s`` before recreating a placeholder it never saw)."""
+    """What the leader remembers between passes. ``consumed`` is also kept in the
+    cluster (``server.reservations``); the rest a new leader starts without (it then
+    recreates at once a placeholder evicted just before it took over)."""
 
     nodes: dict[Key, str] = field(default_factory=dict)  # where the slot last was
     live: set[Key] = field(default_factory=set)  # slots with a placeholder at the last pass
@@ -203,6 +203,7 @@ def plan(
     for table in (memory.nodes, memory.missing_since, memory.used_by):
         for key in [k for k in table if k[0] not in by_name or k[1] >= by_name[k[0]].slots]:
             del table[key]
+    memory.consumed = {k for k in memory.consumed if k[0] in by_name and k[1] < by_name[k[0]].slots}
     return out
 
 

@@ -7,7 +7,10 @@ through ``server.kube``: claims first (an owner on the node of a slot gets the
 placeholders: of removed or shrunk reservations, of slots an owner took, from
 an older template; each with the pod's uid as precondition), then creates
 (fixed names, so a second controller's create fails with 409 and does
-nothing). ``GET /apis/v1/reservations`` shows every slot.
+nothing). Slots used up (``returnSlots: false``) are remembered in the
+annotation ``kpe.dev/consumed-slots`` of the Lease ``<--lease-name>-reservations``,
+so a new leader does not give them back. ``GET /apis/v1/reservations`` shows
+every slot.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from .state import ServerState
 
 log = logging.getLogger("kpe.reservations")
 STATES = ("free", "pending", "used", "consumed", "missing")
+CONSUMED_ANNOTATION = "kpe.dev/consumed-slots"  # on the record Lease: "<reservation>/<slot>,..."
 
 
 class ReservationController:
@@ -48,6 +52,10 @@ class ReservationController:
         self.clock = clock
         self.memory = SlotMemory()
         self.last: Plan | None = None
+        # Consumed slots (returnSlots: false) outlive a leader: kept as an annotation of a Lease
+        # beside the gate controller's (the only objects kpe may write in its namespace).
+        self.record = (settings.lease_namespace, f"{settings.lease_name}-reservations")
+        self.saved: set[tuple[str, int]] | None = None  # consumed slots as last read or written; None: not read yet
         self.placeholders_seen = True  # until a pass has looked: leftovers of removed reservations
         self._owners: dict[tuple[str, str, str], bool] = {}  # (uid, generation, reservation) -> owns, from the whole pod
         self._singles: dict[str, tuple[str, PolicySet]] = {}
@@ -111,6 +119,8 @@ class ReservationController:
         policy_set = self.state.store.current
         if not policy_set.reservations and not self.placeholders_seen:
             return None  # nothing reserved and nothing left over: no pass over every pod
+        if self.saved is None and any(not r.return_slots for r in policy_set.reservations):
+            await self._load_consumed()
         result = self.compute(self.memory)
         self.placeholders_seen = bool(policy_set.reservations) or bool(result.deletes)
         failed: list[Any] = []
@@ -128,7 +138,46 @@ class ReservationController:
             log.info("slot %s/%d returned: %s ended", name, index, owner)
         self.last = result
         self._export(result)
+        if self.saved is not None and self.memory.consumed != self.saved:
+            await self._save_consumed()
         return result
+
+    async def _load_consumed(self) -> None:
+        client = self.state.client
+        assert client is not None
+        namespace, name = self.record
+        try:
+            lease = await client.get_lease(namespace, name)
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("could not read consumed slots from lease %s/%s: %s", namespace, name, exc)
+                return  # read again next pass: without it consumed slots would get placeholders
+            self.saved = set()
+            return
+        text = ((lease.get("metadata") or {}).get("annotations") or {}).get(CONSUMED_ANNOTATION, "")
+        self.saved = {(k.rpartition("/")[0], int(k.rpartition("/")[2])) for k in text.split(",") if k.rpartition("/")[2].isdigit()}
+        self.memory.consumed |= self.saved
+
+    async def _save_consumed(self) -> None:
+        client = self.state.client
+        assert client is not None
+        namespace, name = self.record
+        value = ",".join(f"{r}/{i}" for r, i in sorted(self.memory.consumed))
+        try:
+            try:
+                lease = await client.get_lease(namespace, name)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name, "namespace": namespace, "annotations": {CONSUMED_ANNOTATION: value}}, "spec": {}}
+                await client.create_lease(namespace, body)
+            else:
+                lease.setdefault("metadata", {}).setdefault("annotations", {})[CONSUMED_ANNOTATION] = value
+                await client.replace_lease(namespace, name, lease)
+        except ApiError as exc:
+            log.warning("could not record consumed slots in lease %s/%s (next pass retries): %s", namespace, name, exc)
+            return
+        self.saved = set(self.memory.consumed)
 
     async def _take(self, policy_set: PolicySet, claim: Claim) -> bool:
         client = self.state.client
@@ -212,6 +261,7 @@ class ReservationController:
         while not stop.is_set():
             if not leading.is_set():
                 self.memory = SlotMemory()  # a leader again later starts from the cluster
+                self.saved = None
                 await _first(stop, leading, timeout=1.0)
                 continue
             if not cache.synced.is_set():
@@ -228,10 +278,16 @@ class ReservationController:
                 await asyncio.sleep(0.05)
 
     def status(self) -> dict[str, Any]:
-        """Every reservation and slot, as a pass would see them now (a follower computes
-        it from its own cache, without acting)."""
+        """Every reservation and slot: as the leader's last pass saw them, or (a follower,
+        or the set just changed) as a pass would see them now, without acting."""
         policy_set = self.state.store.current
-        result = self.compute(copy.deepcopy(self.memory))
+        leading = self.state.elector is not None and self.state.elector.is_leader
+        shape = {r.name: r.slots for r in policy_set.reservations}
+        last = self.last
+        if leading and last is not None and {name: len(slots) for name, slots in last.slots.items()} == shape:
+            result = last  # what the controller itself saw at its last pass
+        else:
+            result = self.compute(copy.deepcopy(self.memory))
         return {
             "reservations": [
                 {

@@ -6,6 +6,7 @@ deletes placeholders and nothing else. The test plays kube-scheduler (binds, evi
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,28 +34,31 @@ NS = "kpe-system"
 
 
 @contextlib.contextmanager
-def cluster(tmp_path: Path, slots: int = 2) -> Iterator[tuple[FakeApiServer, str, Path]]:
+def cluster(tmp_path: Path, slots: int = 2, *, text: str = RESERVATION) -> Iterator[tuple[FakeApiServer, str, Path]]:
     policy = tmp_path / "policies" / "reservation.yaml"
     policy.parent.mkdir()
-    policy.write_text(RESERVATION.replace("SLOTS", str(slots)))
+    policy.write_text(text.replace("SLOTS", str(slots)))
     with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
         for name in ("node-1", "node-2"):
             api.state.add_node({"metadata": {"name": name, "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
         api.state.add_pod({"metadata": {"name": "bystander", "namespace": "web"}, "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "x"}]}})
-        settings = Settings(
-            policies=str(policy.parent),
-            kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
-            cluster="on",
-            lease_duration_s=2,
-            gate_resync_s=1,
-            gate_debounce_ms=50,
-            reload_debounce_ms=50,
-            reservation_grace_s=0.5,
-            placeholder_image="pause:test",
-        )
-        with serve(create_app(settings)) as url:
+        with serve(create_app(settings_for(api, tmp_path, policy))) as url:
             wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
             yield api, url, policy
+
+
+def settings_for(api: FakeApiServer, tmp_path: Path, policy: Path) -> Settings:
+    return Settings(
+        policies=str(policy.parent),
+        kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
+        cluster="on",
+        lease_duration_s=2,
+        gate_resync_s=1,
+        gate_debounce_ms=50,
+        reload_debounce_ms=50,
+        reservation_grace_s=0.5,
+        placeholder_image="pause:test",
+    )
 
 
 def placeholders(api: FakeApiServer) -> dict[str, dict[str, Any]]:
@@ -132,3 +136,28 @@ def test_a_placeholder_deleted_by_someone_else_comes_back_and_a_shrinking_reload
         policy.unlink()
         (policy.parent / "other.yaml").write_text("apiVersion: kpe.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: other}\nspec: {scores: [{name: s, expression: '1'}]}\n")
         wait_for(lambda: httpx.get(url + "/apis/v1/reservations").json()["reservations"] == [])
+
+
+def test_a_slot_that_is_not_returned_stays_used_up_when_the_leader_changes(tmp_path: Path) -> None:
+    policy = tmp_path / "policies" / "reservation.yaml"
+    policy.parent.mkdir()
+    policy.write_text(RESERVATION.replace("SLOTS", "1").replace("  owners:", "  returnSlots: false\n  owners:"))
+    with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
+        api.state.add_node({"metadata": {"name": "node-1", "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
+        with serve(create_app(settings_for(api, tmp_path, policy))) as url:
+            wait_for(lambda: "kpe-train-0" in placeholders(api))
+            api.state.bind(NS, "kpe-train-0", "node-1")
+            wait_for(lambda: slots(url) == [("free", "node-1", "kpe-system/kpe-train-0")])
+            api.state.delete("pods", "kpe-train-0", NS)
+            owner(api, "trainer", nominatedNodeName="node-1")
+            wait_for(lambda: (api.state.get_pod("ml", "trainer") or {})["metadata"].get("annotations", {}).get("kpe.dev/reservation-slot") == "train/0")
+            api.state.delete("pods", "trainer", "ml")
+            wait_for(lambda: slots(url) == [("consumed", "node-1", None)])
+            record = lambda: (api.state.get_lease("kpe-system", "kpe-gate-controller-reservations") or {}).get("metadata", {})  # noqa: E731
+            wait_for(lambda: record().get("annotations", {}).get("kpe.dev/consumed-slots") == "train/0")
+        # Another kpe leads now: it reads the record and gives the slot no placeholder.
+        with serve(create_app(settings_for(api, tmp_path, policy))) as other:
+            wait_for(lambda: httpx.get(other + "/apis/v1/gated").json()["leader"] is True, timeout=30)
+            wait_for(lambda: slots(other) == [("consumed", "", None)] or slots(other) == [("consumed", None, None)])
+            time.sleep(1.5)  # several passes, past the grace period
+            assert "kpe-train-0" not in placeholders(api)
