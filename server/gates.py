@@ -26,7 +26,7 @@ from engine.nodeinfo import pod_key
 from engine.policy import PolicySet
 
 from .kube import ApiError
-from .leader import micro_time
+from .leader import micro_time, run_passes
 from .state import ServerState
 
 log = logging.getLogger("kpe.gates")
@@ -225,30 +225,18 @@ class GateController:
     async def run(self, stop: asyncio.Event, leading: asyncio.Event) -> None:
         cache = self.state.cache
         assert cache is not None
-        changed = cache.subscribe()
-        reloaded = self.state.store.subscribe()
-        while not stop.is_set():
-            if not leading.is_set():
-                if self.held:
-                    # A follower holds nothing: the leader reports the gated pods.
-                    self.held = {}
-                    self._export_gauges(self.state.store.current)
-                await _first(stop, leading, timeout=1.0)
-                continue
-            if not cache.synced.is_set():
-                await _first(stop, cache.synced, timeout=1.0)
-                continue
-            # Cleared before the pass, not after: a change that arrives while the pass
-            # awaits the API (a pod created during a burst) must cause another pass.
-            changed.clear()
-            reloaded.clear()
-            try:
-                await self.reconcile()
-            except Exception:  # noqa: BLE001 - one bad pass must not end the controller
-                log.exception("gate controller pass failed")
-            await _first(stop, changed, reloaded, timeout=self.resync)
-            if not stop.is_set():
-                await asyncio.sleep(self.debounce)  # let a burst of changes settle
+
+        def follow() -> None:
+            if self.held:
+                # A follower holds nothing: the leader reports the gated pods.
+                self.held = {}
+                self._export_gauges(self.state.store.current)
+
+        await run_passes(
+            stop, leading, synced=cache.synced, changed=cache.subscribe(), reloaded=self.state.store.subscribe(),
+            reconcile=self.reconcile, follow=follow, name="gate controller",
+            wait_s=self.resync, settle_s=self.debounce,  # let a burst of changes settle
+        )
 
 
 @dataclass
@@ -274,11 +262,3 @@ def _caught_up(cached: dict[str, Any], released: dict[str, Any]) -> bool:
         return int(have) >= int(mine)
     return have == mine or not held_by_kpe(cached)
 
-
-async def _first(*events: asyncio.Event, timeout: float) -> None:
-    waiters = [asyncio.create_task(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waiters:
-            w.cancel()

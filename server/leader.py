@@ -16,6 +16,7 @@ import socket
 import time
 import uuid
 from datetime import datetime, timezone
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .kube import ApiError, KubeClient
@@ -146,3 +147,51 @@ class LeaderElector:
                 await self.client.replace_lease(self.namespace, self.name, lease)
         except ApiError as exc:
             log.warning("could not release lease: %s", exc)
+
+
+async def first(*events: asyncio.Event, timeout: float) -> None:
+    """Wait until any of ``events`` is set, or ``timeout`` seconds."""
+    waiters = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+
+
+async def run_passes(
+    stop: asyncio.Event,
+    leading: asyncio.Event,
+    *,
+    synced: asyncio.Event,
+    changed: asyncio.Event,
+    reloaded: asyncio.Event,
+    reconcile: Callable[[], Awaitable[object]],
+    follow: Callable[[], None],
+    name: str,
+    wait_s: float,
+    settle_s: float,
+) -> None:
+    """A leader's controller loop: a ``reconcile`` pass whenever the cache or the policy set
+    ``changed``/``reloaded`` (or every ``wait_s``), then ``settle_s`` for a burst of changes
+    to settle; ``follow()`` whenever this replica does not lead, and no pass before the cache
+    has ``synced``. The gate and reservation controllers run on it."""
+    while not stop.is_set():
+        if not leading.is_set():
+            follow()
+            await first(stop, leading, timeout=1.0)
+            continue
+        if not synced.is_set():
+            await first(stop, synced, timeout=1.0)
+            continue
+        # Cleared before the pass, not after: a change that arrives while the pass
+        # awaits the API (a pod created during a burst) must cause another pass.
+        changed.clear()
+        reloaded.clear()
+        try:
+            await reconcile()
+        except Exception:  # noqa: BLE001 - one bad pass must not end the controller
+            log.exception("%s pass failed", name)
+        await first(stop, changed, reloaded, timeout=wait_s)
+        if not stop.is_set():
+            await asyncio.sleep(settle_s)

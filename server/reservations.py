@@ -32,7 +32,7 @@ from engine.slots import Claim, Plan, SlotMemory, key_of, plan
 
 from .extender import json_response
 from .kube import ApiError
-from .leader import micro_time
+from .leader import micro_time, run_passes
 from .state import ServerState
 
 log = logging.getLogger("kpe.reservations")
@@ -252,30 +252,18 @@ class ReservationController:
 
     # -- loop ------------------------------------------------------------------
     async def run(self, stop: asyncio.Event, leading: asyncio.Event) -> None:
-        from .gates import _first
-
         cache = self.state.cache
         assert cache is not None
-        changed = cache.subscribe()
-        reloaded = self.state.store.subscribe()
-        while not stop.is_set():
-            if not leading.is_set():
-                self.memory = SlotMemory()  # a leader again later starts from the cluster
-                self.saved = None
-                await _first(stop, leading, timeout=1.0)
-                continue
-            if not cache.synced.is_set():
-                await _first(stop, cache.synced, timeout=1.0)
-                continue
-            changed.clear()
-            reloaded.clear()
-            try:
-                await self.reconcile()
-            except Exception:  # noqa: BLE001 - one bad pass must not end the controller
-                log.exception("reservation controller pass failed")
-            await _first(stop, changed, reloaded, timeout=min(self.resync, max(self.grace, 0.2)))
-            if not stop.is_set():
-                await asyncio.sleep(0.05)
+
+        def follow() -> None:
+            self.memory = SlotMemory()  # a leader again later starts from the cluster
+            self.saved = None
+
+        await run_passes(
+            stop, leading, synced=cache.synced, changed=cache.subscribe(), reloaded=self.state.store.subscribe(),
+            reconcile=self.reconcile, follow=follow, name="reservation controller",
+            wait_s=min(self.resync, max(self.grace, 0.2)), settle_s=0.05,
+        )
 
     def status(self) -> dict[str, Any]:
         """Every reservation and slot: as the leader's last pass saw them, or (a follower,
