@@ -86,17 +86,23 @@ def _mapping(obj: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | N
     return value
 
 
+def _values_of(obj: Mapping[str, Any], key: str, where: str, allowed: set[type], values: str, value: str) -> None:
+    """``obj[key]`` is null or an object whose values' types are all ``allowed``; the errors
+    call the object "an object of ``values``" and a wrong value "a ``value``"."""
+    found = obj.get(key)
+    if found is None:
+        return
+    if type(found) is not dict:
+        raise WireError(f"{where}.{key} must be an object of {values}, got {_type_name(found)}")
+    # set(map(type, ...)) checks a node's labels in C; this runs for every node of a request.
+    if not set(map(type, found.values())) <= allowed:
+        bad = next(k for k, v in found.items() if type(v) not in allowed)
+        raise WireError(f"{_key(where + '.' + key, str(bad))} must be a {value}, got {_type_name(found[bad])}")
+
+
 def _strings(obj: Mapping[str, Any], key: str, where: str) -> None:
     """``obj[key]`` is null or an object whose values are all strings (labels, annotations)."""
-    value = obj.get(key)
-    if value is None:
-        return
-    if type(value) is not dict:
-        raise WireError(f"{where}.{key} must be an object of strings, got {_type_name(value)}")
-    # set(map(type, ...)) checks a node's labels in C; this runs for every node of a request.
-    if not set(map(type, value.values())) <= {str}:
-        bad = next(k for k, v in value.items() if type(v) is not str)
-        raise WireError(f"{_key(where + '.' + key, str(bad))} must be a string, got {_type_name(value[bad])}")
+    _values_of(obj, key, where, {str}, "strings", "string")
 
 
 _QUANTITY_TYPES = {str, int, float}
@@ -104,14 +110,7 @@ _QUANTITY_TYPES = {str, int, float}
 
 def _quantities(obj: Mapping[str, Any], key: str, where: str) -> None:
     """``obj[key]`` is null or an object of quantities (strings, or numbers as Go's resource.Quantity also reads)."""
-    value = obj.get(key)
-    if value is None:
-        return
-    if type(value) is not dict:
-        raise WireError(f"{where}.{key} must be an object of quantities, got {_type_name(value)}")
-    if not set(map(type, value.values())) <= _QUANTITY_TYPES:
-        bad = next(k for k, v in value.items() if type(v) not in _QUANTITY_TYPES)
-        raise WireError(f"{_key(where + '.' + key, str(bad))} must be a quantity string, got {_type_name(value[bad])}")
+    _values_of(obj, key, where, _QUANTITY_TYPES, "quantities", "quantity string")
 
 
 def _string(obj: Mapping[str, Any], key: str, where: str) -> None:
