@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from engine.admission import admit
@@ -87,28 +86,44 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
     return Response(orjson.dumps(data), status_code=status, media_type="application/json", headers=headers)
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """The body as JSON, refusing more than ``limit`` bytes before reading them all."""
-    declared = request.headers.get("content-length")
+class ClientGone(ClientDisconnect):
+    """The client closed the connection before its body arrived: nobody to answer (Starlette's
+    routes meet it as the ClientDisconnect their own body reading raises)."""
+
+
+async def read_body(receive: Any, declared: bytes | str | None, limit: int, timeout: float) -> bytes:
+    """The request body, refusing more than ``limit`` bytes before reading them all."""
     if declared is not None:
         try:
-            if int(declared) > limit:
-                raise HTTPProblem(413, f"request body of {declared} bytes is over the limit of {limit} bytes (--max-body-bytes)")
+            size = int(declared)
         except ValueError:
             raise HTTPProblem(400, "invalid Content-Length header") from None
+        if size > limit:
+            raise HTTPProblem(413, f"request body of {size} bytes is over the limit of {limit} bytes (--max-body-bytes)")
     chunks: list[bytes] = []
     size = 0
-    timeout = request.app.state.kpe.settings.body_timeout_s
     try:
         async with asyncio.timeout(timeout):
-            async for chunk in request.stream():
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientGone()
+                chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limit:
                     raise HTTPProblem(413, f"request body is over the limit of {limit} bytes (--max-body-bytes)")
                 chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
     except TimeoutError:
         raise HTTPProblem(408, f"request body not received within {timeout:g} s (--body-timeout-s)") from None
-    return parse_json(b"".join(chunks))
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The body as JSON, refusing more than ``limit`` bytes before reading them all."""
+    timeout = request.app.state.kpe.settings.body_timeout_s
+    return parse_json(await read_body(request.receive, request.headers.get("content-length"), limit, timeout))
 
 
 def parse_json(raw: bytes) -> Any:

@@ -14,7 +14,6 @@ including other methods on the verb paths (405), goes on to Starlette.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -24,7 +23,7 @@ import orjson
 
 from engine.deadline import Deadline
 
-from .extender import Answer, Handler, HTTPProblem, parse_json
+from .extender import Answer, ClientGone, Handler, HTTPProblem, parse_json, read_body
 from .listeners import off_surface
 from .logs import new_request_id, request_id
 from .state import ServerState
@@ -32,39 +31,6 @@ from .wire import WireError
 
 log = logging.getLogger("kpe.extender")
 JSON = (b"content-type", b"application/json")
-
-
-class ClientGone(Exception):
-    """The client closed the connection before its body arrived: nobody to answer."""
-
-
-async def read_body(receive: Any, declared: bytes | None, limit: int, timeout: float) -> bytes:
-    """The request body, refusing more than ``limit`` bytes before reading them all."""
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            raise HTTPProblem(400, "invalid Content-Length header") from None
-        if size > limit:
-            raise HTTPProblem(413, f"request body of {size} bytes is over the limit of {limit} bytes (--max-body-bytes)")
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise ClientGone()
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    raise HTTPProblem(413, f"request body is over the limit of {limit} bytes (--max-body-bytes)")
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
-    except TimeoutError:
-        raise HTTPProblem(408, f"request body not received within {timeout:g} s (--body-timeout-s)") from None
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class VerbDispatch:
@@ -109,7 +75,7 @@ class VerbDispatch:
                 answer = Answer({"Error": exc.message}, exc.status)
             except WireError as exc:
                 answer = Answer({"Error": f"invalid {name} request: {exc}"}, 400)
-            except Exception as exc:  # noqa: BLE001 - a bug must not take the worker down; the scheduler gets a clear error
+            except Exception as exc:
                 log.exception("internal error in %s", name)
                 answer = Answer({"Error": f"kpe internal error in {name}: {type(exc).__name__}: {exc}"}, 500)
             state.metrics.answered(name, answer.status, time.perf_counter() - start)
