@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import repeat
+from dataclasses import dataclass, field
+from itertools import compress, repeat
 from operator import and_, is_
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ import orjson
 
 from . import cel
 from .cel import ast
-from .nodeinfo import node_name, node_names
+from .nodeinfo import NodeState, node_name, node_names
 from .policy import Expression
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ class Snapshot:
     info_version: int | None = None  # TrackedNodeInfo.version the infos were read at
     info_map: Any = None  # the TrackedNodeInfo they were read from
     positions: dict[str, int] | None = None  # name -> position, built when first needed
+    states: Mapping[str, NodeState] | None = None  # the states by name (``lookup_names``)
 
     def position(self) -> dict[str, int]:
         if self.positions is None:
@@ -94,11 +95,24 @@ class Snapshot:
 @dataclass(slots=True)
 class Lookup:
     names: list[str]
-    infos: list[Any]
+    infos: list[Any] | None
     results: list[Any]
     hits: int
     changed: list[int] | None  # positions whose result differs from ``previous``'s; None: no usable previous
     previous: Snapshot | None
+    states: Mapping[str, NodeState] | None = None  # with ``lookup_names``: the states by name (``infos`` is then None)
+    unknown: list[str] = field(default_factory=list)  # with ``lookup_names``: names left out, not known
+
+    def node(self, i: int, nodes: Any) -> Any:
+        """The node at position ``i`` now (``nodes`` when they were given)."""
+        return self.states[self.names[i]].node if self.states is not None else nodes[i]
+
+    def info(self, i: int) -> Any:
+        """The nodeInfo at position ``i`` now."""
+        if self.states is not None:
+            return self.states[self.names[i]].info
+        assert self.infos is not None
+        return self.infos[i]
 
 
 class Offload(Exception):
@@ -122,7 +136,7 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("node_of", "info_of", "result_of", "snapshot", "bound")
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful")
 
     def __init__(self) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -130,10 +144,17 @@ class ClassMemo:
         self.node_of: dict[str, Any] = {}
         self.info_of: dict[str, Any] = {}
         self.result_of: dict[str, Any] = {}
+        # Per node name (``lookup_names``), forgotten as the change log names them; ``synced``:
+        # the log's version they were last brought up to.
+        self.by_name: dict[str, Any] = {}
+        self.synced: int | None = None
         self.snapshot: Snapshot | None = None
         # The verb's rules bound to the class's first pod: every pod of the class
         # gives them the same values (rules that read now are bound per request).
         self.bound: Any = None
+        # Whether any result computed for the class had errors or Audit rejections to replay:
+        # until one has, the verbs skip looking for them.
+        self.eventful = False
 
     def lookup(
         self,
@@ -149,6 +170,8 @@ class ClassMemo:
         ``names``, when the caller has them (the request's node names), are the nodes' names in order.
         With ``max_misses``, more nodes than that to compute raise ``Offload`` first."""
         previous = self.snapshot
+        if previous is not None and previous.states is not None:
+            previous = None  # the last request was looked up by state: nothing to patch from
         changed: list[int] | None = None
         version = node_info.version if isinstance(node_info, TrackedNodeInfo) else None
         same: list[bool] | None = None
@@ -229,6 +252,58 @@ class ClassMemo:
             for name in [name for name in result_of if name not in keep]:
                 del node_of[name], info_of[name], result_of[name]
         return Lookup(names, infos, results, hits, changed, previous)
+
+
+    def lookup_names(
+        self,
+        names: list[str],
+        states: Mapping[str, NodeState],
+        changes: TrackedNodeInfo,
+        compute: Callable[[Any, Any, str], Any],
+        *,
+        max_misses: int | None = None,
+    ) -> Lookup:
+        """``lookup`` for nodes given by name: ``states`` holds each known node's current
+        ``NodeState``, and ``changes`` logs every name whose state was replaced (a
+        TrackedNodeInfo whose entries are replaced whenever their node changes too). Results
+        are remembered per name and forgotten when the log names them, so a window of names
+        costs one lookup per name, in C, and the nodes are resolved only where a result is
+        computed. Names ``states`` does not know are left out and listed in ``unknown``."""
+        version = changes.version
+        gone = changes.changed_since(self.synced) if self.synced is not None else None
+        by_name = self.by_name
+        if gone is None:
+            by_name.clear()  # too long ago to tell what changed
+        else:
+            for name in gone:
+                by_name.pop(name, None)
+        # Read before the results: a change logged meanwhile is forgotten again next time.
+        self.synced = version
+        previous = self.snapshot
+        results = list(map(by_name.get, names))
+        todo = list(compress(range(len(results)), map(is_, results, repeat(None))))
+        if max_misses is not None and len(todo) > max_misses:
+            raise Offload(len(todo))
+        unknown: list[int] = []
+        for i in todo:
+            state = states.get(names[i])
+            if state is None:
+                unknown.append(i)
+                continue
+            # A state replaced while this is computed is logged, and forgotten at the next sync.
+            results[i] = by_name[state.name] = compute(state.node, state.info, state.name)
+        hits = len(names) - len(todo)
+        missing = [names[i] for i in unknown]
+        if unknown:
+            known = [True] * len(names)
+            for i in unknown:
+                known[i] = False
+            names, results = list(compress(names, known)), list(compress(results, known))
+        changed: list[int] | None = None
+        if previous is not None and previous.states is not None and not gone and not todo and names == previous.names:
+            changed = []  # the very same answer as last time (a small cluster sends every node, every time)
+        self.snapshot = Snapshot(names, [], [], results, states=states)
+        return Lookup(names, None, results, hits, changed, previous if changed is not None else None, states, missing)
 
 
 def _infos(node_info: Mapping[str, Any] | None, names: list[str], missing: Any) -> list[Any]:

@@ -13,17 +13,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import and_, attrgetter, not_
+from itertools import compress, repeat
+from operator import attrgetter, eq
 from time import perf_counter
 from typing import Any
 
 from . import cel
 from .cel.runtime import Unbound
 from .deadline import Deadline, Overdue
-from .equivalence import ClassMemo, EquivalenceCache, Offload, PolicyReads, Snapshot
+from .equivalence import ClassMemo, EquivalenceCache, Offload, PolicyReads, Snapshot, TrackedNodeInfo
 from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
-from .nodeinfo import node_name, node_names
+from .nodeinfo import NodesByName, node_name, node_names
 from .policy import FilterRule, PolicySet
 
 NO_NODE_INFO = Unbound("nodeInfo")
@@ -67,12 +67,13 @@ class FilterResult:
     memo_misses: int = 0
     rejections: dict[str, int] = field(default_factory=dict)  # "policy/rule" -> nodes it failed (unresolvable included)
     overdue: int = 0  # nodes answered without evaluation: the request's deadline had passed
+    unknown: list[str] = field(default_factory=list)  # names of nodes given by name that are not known (left out)
 
 
 def filter_nodes(
     policy_set: PolicySet,
     pod: Mapping[str, Any],
-    nodes: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]] | NodesByName,
     *,
     node_info: Mapping[str, Any] | None = None,
     now: Any = None,
@@ -92,7 +93,10 @@ def filter_nodes(
 
     With ``memo``, per-node results of rules that do not read ``now`` are kept
     for the pod's equivalence class and reused while the node and its
-    ``nodeInfo`` are the same objects (see ``engine.equivalence``)."""
+    ``nodeInfo`` are the same objects (see ``engine.equivalence``). ``nodes`` given
+    by name (``NodesByName``, with ``node_info`` a ``TrackedNodeInfo`` that logs every
+    node's change) are resolved only where a result is not remembered; names not
+    known are listed in the result's ``unknown``."""
     result = FilterResult(generation=policy_set.generation, explanation=[] if explain else None)
     match_log: list[Outcome] | None = [] if explain else None
     scopes = matching_scopes(policy_set, pod, request_inputs(pod, now), explain=match_log, memo=memo.match if memo is not None else None)
@@ -104,6 +108,10 @@ def filter_nodes(
     ordered += [(s, r) for s in scopes if not s.policy.enforce for r in s.policy.filters]
     counts = [0] * len(ordered)
     table = None if explain or memo is None else memo.table(generation=policy_set.generation, verb="filter", scopes=scopes, pod=pod)
+    if isinstance(nodes, NodesByName) and (table is None or not isinstance(node_info, TrackedNodeInfo)):
+        names = nodes.names
+        nodes, result.unknown = nodes.resolve()
+        names = None if result.unknown else names
     if max_misses is not None and table is None and ordered and len(nodes) > max_misses:
         raise Offload(len(nodes))
     if table is not None and memo is not None:
@@ -116,9 +124,10 @@ def filter_nodes(
             result.passed.clear()
             result.failed.clear()
             result.unresolvable.clear()
-            _overdue(result, scopes, node_names(nodes), deadline)
+            _overdue(result, scopes, nodes.names if isinstance(nodes, NodesByName) else node_names(nodes), deadline)
             result.rejections = _count_rules(result.failed.values(), result.unresolvable.values())
     else:
+        assert not isinstance(nodes, NodesByName)
         plan = [(scope, rule, *scope.caller(rule.expression)) for scope, rule in ordered]
         if explain:
             _explained(result, plan, counts, nodes, node_info)
@@ -252,9 +261,14 @@ class Remembered:
     timed: tuple[int, ...]
     events: tuple[tuple[int, bool, RuleEvent], ...]
     final_events: tuple[tuple[bool, RuleEvent], ...]
+    # ``verdict``, or TIMED when rules that read now decide per request; and ``final_events``
+    # unless so: what FilterView.build reads of every result, one attribute each.
+    flag: int = 0
+    replay: tuple[tuple[bool, RuleEvent], ...] = ()
 
 
-_VERDICT, _TIMED, _REASON, _FINAL_EVENTS = attrgetter("verdict"), attrgetter("timed"), attrgetter("reason"), attrgetter("final_events")
+TIMED = 3
+_FLAG, _REASON, _REPLAY = attrgetter("flag"), attrgetter("reason"), attrgetter("replay")
 
 
 @dataclass(slots=True)
@@ -270,29 +284,38 @@ class FilterView:
     rejections: dict[str, int]  # "policy/rule" -> nodes of ``failed`` and ``unresolvable`` it rejected
 
     @classmethod
-    def build(cls, names: list[str], results: list[Remembered]) -> FilterView:
-        """The view of a whole list, assembled in C (map, compress, zip): kube-scheduler sends
-        each pod another window of names, so this runs on most requests."""
-        verdicts = list(map(_VERDICT, results))
-        plain = list(map(not_, map(_TIMED, results)))  # rules that read now decide the others per request
-        failing = list(map(and_, map(FAIL.__eq__, verdicts), plain))
-        unresolved = list(map(and_, map(UNRESOLVABLE.__eq__, verdicts), plain))
-        reasons = list(map(_REASON, results))
-        failed = dict(zip(compress(names, failing), compress(reasons, failing)))
-        unresolvable = dict(zip(compress(names, unresolved), compress(reasons, unresolved)))
-        positions = range(len(names))
+    def build(cls, names: list[str], results: list[Remembered], *, eventful: bool = True) -> FilterView:
+        """The view of a whole list, assembled in C (map, compress, zip) from each result's
+        ``flag`` and ``replay``: kube-scheduler sends each pod another window of names, so
+        this runs on most requests. ``eventful=False``: no result has events to replay."""
+        flags = list(map(_FLAG, results))
+        # map(eq, ..., repeat(k)) rather than k.__eq__: a builtin called per item costs half a method wrapper.
+        passing = list(map(eq, flags, repeat(PASS)))
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        timed: set[int] = set()
+        if passing.count(False):
+            if UNRESOLVABLE not in flags and TIMED not in flags:
+                # Every flag but PASS (0) is FAIL: the flags themselves select the failed.
+                failed = dict(zip(compress(names, flags), map(_REASON, compress(results, flags))))
+            else:
+                failing = list(map(eq, flags, repeat(FAIL)))
+                failed = dict(zip(compress(names, failing), map(_REASON, compress(results, failing))))
+                unresolved = list(map(eq, flags, repeat(UNRESOLVABLE)))
+                unresolvable = dict(zip(compress(names, unresolved), map(_REASON, compress(results, unresolved))))
+                timed = set(compress(range(len(flags)), map(eq, flags, repeat(TIMED))))
         return cls(
-            passing=list(map(and_, map(PASS.__eq__, verdicts), plain)),
+            passing=passing,
             failed=failed,
             unresolvable=unresolvable,
-            timed=set(compress(positions, map(not_, plain))),
-            eventful=set(compress(positions, map(and_, map(bool, map(_FINAL_EVENTS, results)), plain))),
+            timed=timed,
+            eventful=set(compress(range(len(flags)), map(_REPLAY, results))) if eventful else set(),
             rejections=_count_rules(failed.values(), unresolvable.values()),
         )
 
     def patched(self, names: list[str], results: list[Remembered], previous: Snapshot, changed: list[int]) -> FilterView:
         if any(previous.names[i] != names[i] for i in changed):
-            return FilterView.build(names, results)  # the node list moved: patching by name would be wrong
+            return FilterView.build(names, results, eventful=True)  # the node list moved: patching by name would be wrong
         view = FilterView(self.passing.copy(), self.failed.copy(), self.unresolvable.copy(), set(self.timed), set(self.eventful), dict(self.rejections))
         for i in changed:
             name = names[i]
@@ -324,7 +347,7 @@ def _memoized(
     result: FilterResult,
     ordered: list[tuple[PolicyScope, FilterRule]],
     counts: list[int],
-    nodes: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]] | NodesByName,
     node_info: Mapping[str, Any] | None,
     memo: ClassMemo,
     reads: Callable[[PolicyScope], PolicyReads],
@@ -352,14 +375,22 @@ def _memoized(
                     guards[i] = scope.caller(guard)
             memo.bound = (plan, guards)
         plan, guards = memo.bound
-        return _remember(plan, timed, guards, enforced, counts, node, info, name)
+        remembered = _remember(plan, timed, guards, enforced, counts, node, info, name)
+        if remembered.replay:
+            memo.eventful = True
+        return remembered
 
-    found = memo.lookup(nodes, node_info, NO_NODE_INFO, remember, names=names, max_misses=max_misses)
+    if isinstance(nodes, NodesByName):
+        assert isinstance(node_info, TrackedNodeInfo)
+        found = memo.lookup_names(nodes.names, nodes.states, node_info, remember, max_misses=max_misses)
+        result.unknown = found.unknown
+    else:
+        found = memo.lookup(nodes, node_info, NO_NODE_INFO, remember, names=names, max_misses=max_misses)
     names, results, previous = found.names, found.results, found.previous
     result.memo_hits += found.hits
     result.memo_misses += len(names) - found.hits
     if found.changed is None or previous is None or previous.derived is None:
-        view = FilterView.build(names, results)
+        view = FilterView.build(names, results, eventful=memo.eventful)
     elif not found.changed:
         view = previous.derived
     else:
@@ -380,7 +411,7 @@ def _memoized(
                 if k not in bound:
                     scope, rule = ordered[k]
                     bound[k] = (k, scope, rule, *scope.caller(rule.expression))
-            position, unresolvable_, reason = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, nodes[i], found.infos[i], name)
+            position, unresolvable_, reason = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, found.node(i, nodes), found.info(i), name)
             if position == NEVER:
                 passing[i] = True
             else:
@@ -484,7 +515,7 @@ def _remember(
         pending.append(i)
     verdict = PASS if position == NEVER else (UNRESOLVABLE if unresolvable_ else FAIL)
     final = tuple((audit, e) for i, audit, e in events if audit or i <= position or i >= enforced)
-    return Remembered(verdict, reason, position, unresolvable_, tuple(pending), tuple(events), final)
+    return Remembered(verdict, reason, position, unresolvable_, tuple(pending), tuple(events), final, TIMED if pending else verdict, () if pending else final)
 
 
 def _explained(result: FilterResult, plan: Plan, counts: list[int], nodes: Sequence[Mapping[str, Any]], node_info: Mapping[str, Any] | None) -> None:

@@ -13,6 +13,7 @@ cache keeps this incrementally; ``node_info_map`` builds it from scratch for
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .cel import kube as _kube
@@ -78,6 +79,42 @@ class NodeInfoAccumulator:
             "podCount": len(self.pods),
             "requested": {name: q.cel_string() for name, q in sorted(self.requested.items())},
         }
+
+
+class NodeState:
+    """One node with its ``nodeInfo`` at one moment: whoever keeps nodes (kpe's cluster cache)
+    makes a new one whenever the node or its pods change, so a node's state is always the pair
+    its nodeInfo entry was made for (see ``NodesByName``)."""
+
+    __slots__ = ("name", "node", "info")
+
+    def __init__(self, name: str, node: Mapping[str, Any], info: Mapping[str, Any]) -> None:
+        self.name = name
+        self.node = node
+        self.info = info
+
+    def __repr__(self) -> str:
+        return f"NodeState({self.name!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class NodesByName:
+    """A request's nodes as kube-scheduler sends them with nodeCacheCapable: names, with
+    the current ``NodeState`` of every node the caller knows. The equivalence cache answers
+    most names without looking at their nodes; ``resolve`` gives the nodes for the rest."""
+
+    names: list[str]
+    states: Mapping[str, NodeState]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def resolve(self) -> tuple[list[Mapping[str, Any]], list[str]]:
+        """The known nodes, in order, and the names not known."""
+        found = list(map(self.states.get, self.names))
+        if None not in found:
+            return [s.node for s in found if s is not None], []
+        return [s.node for s in found if s is not None], [name for name, s in zip(self.names, found) if s is None]
 
 
 def node_name(node: Mapping[str, Any]) -> str:

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import cel
-from .equivalence import EquivalenceCache, Offload
+from .equivalence import EquivalenceCache, Offload, TrackedNodeInfo
 from .evaluation import Outcome, PolicyScope, matching_scopes, request_inputs, run_rule
 from .filtering import NO_NODE_INFO, RuleEvent
 from .deadline import Deadline, Overdue
-from .nodeinfo import node_name, node_names
+from .nodeinfo import NodesByName, node_name, node_names
 from .policy import PolicySet, ScoreRule
 
 _SCORE, _ERRORS, _ENCODED = attrgetter("score"), attrgetter("errors"), attrgetter("encoded")
@@ -68,6 +68,7 @@ class ScoreResult:
     memo_misses: int = 0
     overdue: int = 0  # nodes scored 0 unevaluated: the request's deadline had passed
     encoded: list[bytes] | None = None  # with ``encode``: each node's encoded entry, in the nodes' order
+    unknown: list[str] = field(default_factory=list)  # names of nodes given by name that are not known (left out)
 
 
 def to_rule_score(value: Any) -> float:
@@ -93,7 +94,7 @@ def combine(weighted: list[tuple[int, float]]) -> int:
 def score_nodes(
     policy_set: PolicySet,
     pod: Mapping[str, Any],
-    nodes: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]] | NodesByName,
     *,
     node_info: Mapping[str, Any] | None = None,
     now: Any = None,
@@ -110,7 +111,8 @@ def score_nodes(
     ``max_misses``, a request that would evaluate more nodes than that raises
     ``Offload`` before evaluating any. With ``encode`` (and the cache), each node's
     ``encode(name, score)`` is kept with its score and ``encoded`` lists them in
-    order: an answer assembled without per-node work on a hit."""
+    order: an answer assembled without per-node work on a hit. ``nodes`` given by
+    name: as for ``filter_nodes`` (unknown names are left out and listed in ``unknown``)."""
     result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
     scopes = matching_scopes(policy_set, pod, request_inputs(pod, now), memo=memo.match if memo is not None else None)
     result.matched = [s.policy.name for s in scopes]
@@ -119,6 +121,8 @@ def score_nodes(
     table = None
     if memo is not None and not explain and not any(memo.reads(scope.policy).timed(rule.expression) for scope, rule in rules):
         table = memo.table(generation=policy_set.generation, verb="score", scopes=scopes, pod=pod)
+    if isinstance(nodes, NodesByName) and (table is None or not isinstance(node_info, TrackedNodeInfo)):
+        nodes, result.unknown = nodes.resolve()
     if max_misses is not None and table is None and rules and len(nodes) > max_misses:
         raise Offload(len(nodes))
     plan: list[Planned] | None = None  # bound to the pod when a node is not remembered
@@ -136,17 +140,25 @@ def score_nodes(
                 if table is not None:
                     table.bound = plan
         outcome = _score_node(plan, counts, node, info, name, explain=explain)
-        if encode is not None and table is not None:
-            outcome.encoded = encode(name, outcome.score)
+        if table is not None:
+            if encode is not None:
+                outcome.encoded = encode(name, outcome.score)
+            if outcome.errors:
+                table.eventful = True
         return outcome
 
     if table is not None:
         try:
-            found = table.lookup(nodes, node_info, NO_NODE_INFO, scored, names=names, max_misses=max_misses)
+            if isinstance(nodes, NodesByName):
+                assert isinstance(node_info, TrackedNodeInfo)
+                found = table.lookup_names(nodes.names, nodes.states, node_info, scored, max_misses=max_misses)
+                result.unknown = found.unknown
+            else:
+                found = table.lookup(nodes, node_info, NO_NODE_INFO, scored, names=names, max_misses=max_misses)
         except Overdue:
             # Past the deadline a rule counts as failed to evaluate: 0, or left out of the mean.
-            result.scores = dict.fromkeys(node_names(nodes), 0)
-            result.overdue = len(nodes)
+            result.scores = dict.fromkeys(nodes.names if isinstance(nodes, NodesByName) else node_names(nodes), 0)
+            result.overdue = len(result.scores)
             result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule), n in zip(rules, counts)]
             return result
         result.memo_hits, result.memo_misses = found.hits, len(found.names) - found.hits
@@ -156,16 +168,17 @@ def score_nodes(
         else:
             # In C (zip, map, compress): another window of names comes with nearly every pod.
             scores = dict(zip(found.names, map(_SCORE, found.results)))
-            eventful = list(compress(range(len(found.results)), map(bool, map(_ERRORS, found.results))))
+            eventful = list(compress(range(len(found.results)), map(_ERRORS, found.results))) if table.eventful else []
         assert table.snapshot is not None
         table.snapshot.derived = (scores, eventful)
-        result.scores.update(scores)
+        result.scores = scores  # shared with the snapshot (and the next identical answer): read-only
         if encode is not None:
             encoded = list(map(_ENCODED, found.results))
             result.encoded = encoded if b"" not in encoded else None  # some remembered without it
         for i in eventful:
             result.errors += found.results[i].errors
     else:
+        assert not isinstance(nodes, NodesByName)
         for node in nodes:
             name = node_name(node)
             try:

@@ -82,12 +82,12 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from engine.admission import held_by_kpe
 from engine.equivalence import TrackedNodeInfo
-from engine.nodeinfo import NodeInfoAccumulator, is_active, pod_key
+from engine.nodeinfo import NodeInfoAccumulator, NodeState, is_active, pod_key
 from engine.projection import EVERYTHING, Projection
 
 from .kube import ApiError, Expired, KubeClient, WatchError
@@ -159,6 +159,9 @@ class ClusterCache:
         # nodeInfo per known node, rebuilt for the nodes in _stale when read: a burst
         # of pod events costs one rebuild per node, and readers get a plain dict.
         self._views = TrackedNodeInfo()
+        # Each node with its view, as one object replaced along with the view (on any change to
+        # the node or its pods): what node names resolve to (``states``).
+        self._states: dict[str, NodeState] = {}
         self.node_version = 0  # moves on every node added, changed or deleted
         self._resolved: dict[str, tuple[list[str], int, list[Obj], list[str]]] = {}
         self._stale: set[str] = set()
@@ -200,6 +203,12 @@ class ClusterCache:
         if key:
             self._resolved[key] = (names, self.node_version, nodes, missing)
         return nodes, list(missing)
+
+    @property
+    def states(self) -> Mapping[str, NodeState]:
+        """Every known node's current ``NodeState``, by name (read-only for callers)."""
+        self.node_info  # brings the states of changed nodes up to date
+        return self._states
 
     def nodes(self) -> list[Obj]:
         return list(self._nodes.values())
@@ -254,17 +263,22 @@ class ClusterCache:
     @property
     def node_info(self) -> TrackedNodeInfo:
         """``nodeInfo`` of every known node. Read-only for callers; a view object is
-        replaced, never changed, when its node's pods change, and the map logs
-        which were replaced (the equivalence cache relies on both)."""
+        replaced, never changed, when its node or the node's pods change (with the node's
+        ``NodeState``), and the map logs which were replaced (the equivalence cache relies
+        on both)."""
         if self._stale:
             # Read in the evaluation worker while the event loop applies watch events: take
             # the names as they are now (one C call); a name added meanwhile waits for the next read.
             stale = set(self._stale)
             self._stale.difference_update(stale)
             for name in stale:
-                if name in self._nodes:
+                node = self._nodes.get(name)
+                self._states.pop(name, None)
+                if node is not None:
                     acc = self._acc.get(name)
-                    self._views[name] = acc.view() if acc is not None else {"pods": [], "podCount": 0, "requested": {}}
+                    view = acc.view() if acc is not None else {"pods": [], "podCount": 0, "requested": {}}
+                    self._views[name] = view
+                    self._states[name] = NodeState(name, node, view)
                     self._views.replaced(name)
                 elif self._views.pop(name, None) is not None:
                     self._views.replaced(name)  # the node was deleted
@@ -505,8 +519,7 @@ class ClusterCache:
     def _upsert(self, kind: str, obj: Obj, event_type: str) -> None:
         key = self._key(kind, obj)
         if kind == "node":
-            if key not in self._nodes:
-                self._stale.add(key)
+            self._stale.add(key)  # its NodeState holds the node: a new one at the next read
             self._nodes[key] = obj
             self.node_version += 1
         else:

@@ -23,6 +23,7 @@ from engine.admission import admit
 from engine.deadline import Deadline
 from engine.equivalence import Offload
 from engine.filtering import filter_nodes
+from engine.nodeinfo import NodesByName
 from engine.preemption import preempt
 from engine.scoring import score_nodes
 
@@ -202,6 +203,7 @@ async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> An
     args = decode_extender_args(body, "filter", known=cached_copy(state))
     headers = {GENERATION_HEADER: policy_set.generation}
     failed: dict[str, str] = {}
+    nodes: list[dict[str, Any]] | NodesByName
     if args.nodes is not None:
         nodes = args.known_nodes or []
     else:
@@ -211,19 +213,18 @@ async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> An
         if unusable:
             # kube-scheduler reads a filter's Error from a 200 and fails the attempt (retried later).
             return Answer(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=unusable), headers=headers)
-        nodes, failed = state.resolve_nodes(args.node_names or [], "filter")
-    state.metrics.observe_nodes("filter", len(nodes) + len(failed))
+        nodes = state.nodes_by_name(args.node_names or [])
+    state.metrics.observe_nodes("filter", len(nodes))
     # Only cached nodes can be remembered (they are the same objects until the cache replaces
     # them): whole nodes are, too, once cached_copy has swapped in kpe's copies.
     memo = state.equivalence if args.nodes is None or state.cache is not None else None
-    # The request's names are the resolved nodes' names when the cache knew them all.
-    names = args.node_names if args.nodes is None and not failed else None
     result = await evaluate(
-        state, "filter", lambda limit: filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, max_misses=limit)
+        state, "filter", lambda limit: filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, max_misses=limit)
     )
     state.count_overdue("filter", result.overdue)
     state.count_equivalence("filter", result.memo_hits, result.memo_misses)
-    if failed:
+    if result.unknown:
+        failed = state.unknown_nodes(result.unknown, "filter")
         failed.update(result.failed)  # the names kpe does not know, then the rejected ones
     else:
         failed = result.failed
@@ -259,6 +260,7 @@ async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -
     policy_set = state.store.current
     args = decode_extender_args(body, "prioritize", known=cached_copy(state))
     headers = {GENERATION_HEADER: policy_set.generation}
+    nodes: list[dict[str, Any]] | NodesByName
     if args.nodes is not None:
         nodes, order = args.known_nodes or [], [n["metadata"]["name"] for n in args.nodes]
     else:
@@ -269,10 +271,10 @@ async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -
         if unusable:
             raise HTTPProblem(503, unusable)
         order = list(args.node_names or [])
-        nodes, _unknown = state.resolve_nodes(order, "prioritize")
+        nodes = state.nodes_by_name(order)
     state.metrics.observe_nodes("prioritize", len(order))
     memo = state.equivalence if args.nodes is None or state.cache is not None else None
-    names = order if len(nodes) == len(order) else None  # every name resolved
+    names = order if args.nodes is not None else None  # whole nodes: their names, in order
     result = await evaluate(
         state,
         "prioritize",
@@ -280,12 +282,14 @@ async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -
             policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, max_misses=limit, encode=host_priority
         ),
     )
+    if result.unknown:
+        state.unknown_nodes(result.unknown, "prioritize")
     state.count_overdue("prioritize", result.overdue)
     state.count_equivalence("prioritize", result.memo_hits, result.memo_misses)
     state.metrics.count_rules("score", result.rule_counts, result.errors, [])
     state.record("prioritize", args.pod, policy_set.generation, scores=result.scores, policies=result.matched)
-    if result.encoded is not None and names is not None:
-        # Every name resolved, in the request's order: the remembered entries are the answer.
+    if result.encoded is not None and not result.unknown:
+        # Every node known, in the request's order: the remembered entries are the answer.
         return Answer(None, headers=headers, encoded=host_priority_json(result.encoded))
     return Answer(host_priority_list(result.scores, order), headers=headers)
 

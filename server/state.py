@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.equivalence import EquivalenceCache
+from engine.nodeinfo import NodesByName
 
 from .decisionlog import DecisionLog
 from .metrics import Metrics
@@ -50,10 +51,19 @@ class ServerState:
         """Nodes for the names the scheduler sent; unknown names fail with a reason that says so."""
         assert self.cache is not None
         nodes, missing = self.cache.resolve(names, key=verb)
+        return nodes, self.unknown_nodes(missing, verb)
+
+    def nodes_by_name(self, names: list[str]) -> NodesByName:
+        """The names the scheduler sent, with the cache's current NodeState of every node."""
+        assert self.cache is not None
+        return NodesByName(names, self.cache.states)
+
+    def unknown_nodes(self, missing: list[str], verb: str) -> dict[str, str]:
+        """Why each of the ``missing`` names fails: kpe does not know the node (counted in metrics)."""
         unknown = {name: f"kpe: node {name} is not in kpe's node cache (deleted, or not seen yet)" for name in missing}
         if unknown:
             self.metrics.unknown_nodes.labels(verb).inc(len(unknown))
-        return nodes, unknown
+        return unknown
 
     def count_overdue(self, verb: str, nodes: int) -> None:
         if nodes:

@@ -18,7 +18,7 @@ from engine.cel.timestamps import Timestamp
 from engine.equivalence import EquivalenceCache, Offload, TrackedNodeInfo, pod_paths
 from engine.filtering import FilterResult, filter_nodes
 from engine.loader import load, load_text
-from engine.nodeinfo import node_info_map
+from engine.nodeinfo import NodesByName, NodeState, node_info_map
 from engine.policy import PolicySet
 from engine.scoring import score_nodes
 from server.wire import host_priority, host_priority_json
@@ -236,6 +236,119 @@ def test_remembered_answers_equal_full_evaluation_through_every_kind_of_change(t
         assert events(scored) == events(score_nodes(policies, pod, nodes, node_info=info, now=at(hour)))
     assert reused > 150 * 100 // 2, "most answers should come from the cache in this walk"
     assert encoded_answers > 100, "most prioritize answers are assembled from remembered entries"
+
+
+class CachedNodes:
+    """Nodes as kpe's cluster cache keeps them: a NodeState per node, replaced and logged in a
+    TrackedNodeInfo whenever the node or its nodeInfo changes."""
+
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], *, history: int = 8) -> None:
+        self.info = TrackedNodeInfo(history=history)
+        self.states: dict[str, NodeState] = {}
+        for name, view in node_info_map(nodes, pods).items():
+            self.put(next(n for n in nodes if n["metadata"]["name"] == name), view)
+
+    def put(self, node: dict[str, Any], view: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        self.info[name] = view
+        self.states[name] = NodeState(name, node, view)
+        self.info.replaced(name)
+
+    def delete(self, name: str) -> None:
+        del self.states[name], self.info[name]
+        self.info.replaced(name)
+
+    def by_name(self, names: list[str]) -> NodesByName:
+        return NodesByName(names, self.states)
+
+    def known(self, names: list[str]) -> list[dict[str, Any]]:
+        return [self.states[n].node for n in names if n in self.states]
+
+
+def test_nodes_given_by_name_are_answered_as_a_full_evaluation_of_the_cached_nodes_through_every_change() -> None:
+    rng = random.Random(7)
+    policies = policy_set(EXTRA + MATCHES)
+    nodes = with_windows(cluster.nodes(120), rng)
+    pods = cluster.pods_on(nodes)
+    cached = CachedNodes(nodes, pods)
+    names = [n["metadata"]["name"] for n in nodes]
+    memo = EquivalenceCache(classes=4)
+    templates = [cluster.scheduling_pod(gpus=1), cluster.scheduling_pod(gpus=4)]
+    templates[1]["metadata"]["labels"]["team"] = "search"
+    streams = [replicas(t) for t in templates]
+    hour = 1.0
+    reused = asked = encoded_answers = unknown_seen = 0
+    for step in range(200):
+        change = rng.choice(["node", "node-info", "clock", "window", "unknown", "delete", "none", "none"])
+        if change == "node":
+            state = cached.states[rng.choice(list(cached.states))]
+            node = copy.deepcopy(state.node)
+            node["metadata"]["labels"]["kpe.dev/maintenance"] = rng.choice(["", "draining", "done"])
+            node["metadata"]["labels"]["rack"] = f"r{rng.randrange(4)}"
+            cached.put(node, state.info)
+        elif change == "node-info":
+            state = cached.states[rng.choice(list(cached.states))]
+            pods = pods + [{"metadata": {"name": f"bound-{step}", "uid": f"bound-{step}"}, "spec": {"nodeName": state.name, "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "2", "cpu": "4"}}}]}}]
+            for _ in range(rng.choice([1, 1, 9])):  # 9 overflows the log of 8: the cache must notice
+                cached.put(state.node, node_info_map([state.node], pods)[state.name])
+        elif change == "clock":
+            hour = rng.choice([1.0, 5.5, 7.5, 8.0, 13.0, 19.0, 23.0])
+        elif change == "window":  # kube-scheduler's next window: another start, its own order
+            known = list(cached.states)
+            start = rng.randrange(len(known))
+            names = [known[(start + k) % len(known)] for k in range(rng.randrange(30, len(known) + 1))]
+            rng.shuffle(names)
+        elif change == "unknown":
+            names = names + [f"gone-{step}"]
+        elif change == "delete" and len(cached.states) > 60:
+            cached.delete(rng.choice(list(cached.states)))
+        pod = next(rng.choice(streams))
+        now = at(hour)
+        full = filter_nodes(policies, pod, cached.known(names), node_info=cached.info, now=now)
+        try:
+            filter_nodes(policies, pod, cached.by_name(names), node_info=cached.info, now=now, memo=memo, max_misses=INLINE)
+        except Offload as exc:
+            assert exc.misses > INLINE
+        remembered = filter_nodes(policies, pod, cached.by_name(names), node_info=cached.info, now=now, memo=memo)
+        assert (remembered.passed, remembered.failed, remembered.unresolvable) == (full.passed, full.failed, full.unresolvable)
+        assert (events(remembered), audits(remembered), remembered.rejections) == (events(full), audits(full), full.rejections)
+        assert remembered.unknown == [n for n in names if n not in cached.states]
+        unknown_seen += bool(remembered.unknown)
+        reused += remembered.memo_hits
+        asked += len(names)
+        scored = score_nodes(policies, pod, cached.by_name(names), node_info=cached.info, now=now, memo=memo, encode=host_priority)
+        plain = score_nodes(policies, pod, cached.known(names), node_info=cached.info, now=now)
+        assert scored.scores == plain.scores and events(scored) == events(plain)
+        assert scored.unknown == remembered.unknown
+        if scored.encoded is not None and not scored.unknown:
+            assert orjson.loads(host_priority_json(scored.encoded)) == [{"Host": n, "Score": plain.scores[n]} for n in names]
+            encoded_answers += 1
+    assert reused > asked * 0.6, "most answers should come from the cache in this walk"
+    assert encoded_answers > 20 and unknown_seen > 20
+
+
+def test_a_result_computed_from_a_state_replaced_meanwhile_is_computed_again_at_the_next_request() -> None:
+    # The worker thread evaluates while the event loop applies watch events: a node's state can
+    # be replaced between the lookup and the end of the evaluation.
+    nodes = cluster.nodes(3)
+    cached = CachedNodes(nodes, [])
+    names = [n["metadata"]["name"] for n in nodes]
+    memo = EquivalenceCache().table(generation="g", verb="filter", scopes=[], pod={})
+    assert memo is not None
+    computed: list[str] = []
+
+    def compute(node: Any, info: Any, name: str) -> str:
+        computed.append(name)
+        if name == names[1] and len(computed) <= 3:
+            cached.put(copy.deepcopy(node), info)  # replaced while being evaluated
+        return f"{name}@{id(node)}"
+
+    first = memo.lookup_names(names, cached.states, cached.info, compute)
+    assert computed == names and first.hits == 0
+    again = memo.lookup_names(names, cached.states, cached.info, compute)
+    assert computed == [*names, names[1]], "only the node whose state was replaced is evaluated again"
+    assert again.results[1] == f"{names[1]}@{id(cached.states[names[1]].node)}"
+    assert memo.lookup_names(names, cached.states, cached.info, compute).hits == 3
 
 
 def test_replicas_share_results_but_a_policy_reading_the_name_tells_one_apart() -> None:
