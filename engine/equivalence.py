@@ -136,7 +136,7 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful")
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "unencoded")
 
     def __init__(self) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -155,6 +155,8 @@ class ClassMemo:
         # Whether any result computed for the class had errors or Audit rejections to replay:
         # until one has, the verbs skip looking for them.
         self.eventful = False
+        self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each
+        self.unencoded = False  # whether a score was remembered without its encoded entry
 
     def lookup(
         self,

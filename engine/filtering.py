@@ -268,6 +268,7 @@ class Remembered:
 
 
 TIMED = 3
+SHARED_RESULTS = 4096  # distinct results without events kept as one object each, per class
 _FLAG, _REASON, _REPLAY = attrgetter("flag"), attrgetter("reason"), attrgetter("replay")
 
 
@@ -376,9 +377,18 @@ def _memoized(
             memo.bound = (plan, guards)
         plan, guards = memo.bound
         remembered = _remember(plan, timed, guards, enforced, counts, node, info, name)
-        if remembered.replay:
-            memo.eventful = True
-        return remembered
+        if remembered.events:
+            memo.eventful = memo.eventful or bool(remembered.replay)
+            return remembered
+        # Equal results are one object: a window's hundreds of passing nodes then read one
+        # result, not hundreds scattered over the heap (each a cache miss, measured as most
+        # of FilterView.build's time in the real request stream).
+        shared = memo.shared.get(remembered)
+        if shared is None:
+            if len(memo.shared) >= SHARED_RESULTS:
+                memo.shared.clear()
+            shared = memo.shared[remembered] = remembered
+        return shared
 
     if isinstance(nodes, NodesByName):
         assert isinstance(node_info, TrackedNodeInfo)

@@ -143,6 +143,8 @@ def score_nodes(
         if table is not None:
             if encode is not None:
                 outcome.encoded = encode(name, outcome.score)
+            else:
+                table.unencoded = True
             if outcome.errors:
                 table.eventful = True
         return outcome
@@ -173,8 +175,8 @@ def score_nodes(
         table.snapshot.derived = (scores, eventful)
         result.scores = scores  # shared with the snapshot (and the next identical answer): read-only
         if encode is not None:
-            encoded = list(map(_ENCODED, found.results))
-            result.encoded = encoded if b"" not in encoded else None  # some remembered without it
+            # Not when some result was remembered without its entry (a caller without ``encode``).
+            result.encoded = None if table.unencoded else list(map(_ENCODED, found.results))
         for i in eventful:
             result.errors += found.results[i].errors
     else:
