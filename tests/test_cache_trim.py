@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from server.cache import trim
+from server.trim import trim
 from tests.fakeapi import FakeApiServer
 from tests.test_cache import api, cache_on, client_on, eventually, kubeconfig, node, pod, run  # noqa: F401 - fixtures
 

@@ -36,7 +36,7 @@ from engine.projection import (
     policy_reads,
 )
 from engine.scoring import score_nodes
-from server.cache import is_projected, trim
+from server.trim import is_projected, trim
 from tests.test_equivalence import cluster
 
 ROOT = Path(__file__).resolve().parent.parent
