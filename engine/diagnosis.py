@@ -13,7 +13,9 @@ rule and scores per node, the admission gates) and adds:
   (``engine.kubefilters``): those rejections are not kpe's;
 - per node that cannot take the pod, whether eviction could help: the
   preemption verdict, as kube-scheduler would reach it (its dry run picks the
-  victims, then asks kpe's preempt verb) (``preemption_verdicts``).
+  victims, then asks kpe's preempt verb) (``preemption_verdicts``);
+- per reservation, whether the pod owns it, its slots and its part in the
+  decision (``engine.diagnosisslots``).
 
 ``Diagnosis.to_dict`` is what ``GET /apis/v1/explain?pod=`` answers and what
 ``kpe explain pod --output json`` prints; ``engine.diagnosisview`` renders it.
@@ -27,12 +29,15 @@ from typing import Any
 
 from . import kubefilters
 from .admission import gate_names, kpe_gates
+from .diagnosisslots import ReservationPart, fresh_plan, reservation_parts
 from .evaluation import current_time
 from .explain import Report, explain
+from .heldroom import Homes, keep_evictions_off
 from .kubefilters import KubeVerdict
 from .nodeinfo import TERMINAL_PHASES, node_info_map, node_name
 from .policy import PolicySet
 from .preemption import preempt, victim_name, without_victims
+from .slots import Slot
 
 
 @dataclass
@@ -65,6 +70,7 @@ class Diagnosis:
     kube: dict[str, KubeVerdict]
     eviction: dict[str, EvictionVerdict]
     node_order: list[str]
+    reservations: list[ReservationPart] = field(default_factory=list)
 
     def feasible(self) -> list[str]:
         """Nodes both kpe's policies and kube-scheduler's checked filters accept."""
@@ -81,10 +87,13 @@ class Diagnosis:
         data["status"] = self.state.to_dict()
         data["gates"] = self.gates
         data["feasibleNodes"] = self.feasible()
+        data["reservations"] = [r.to_dict() for r in self.reservations]
         return data
 
 
-def pod_state(pod: Mapping[str, Any], matched: Sequence[str], generation: str) -> PodState:
+def pod_state(pod: Mapping[str, Any], matched: Sequence[str], generation: str, *, reserved: bool = False) -> PodState:
+    """The pod's state and notes. ``reserved``: the set has reservations, which keep every
+    pod that owns none of them off reserved room, matched by a policy or not."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
@@ -107,7 +116,12 @@ def pod_state(pod: Mapping[str, Any], matched: Sequence[str], generation: str) -
             f"Held by {which}: kube-scheduler will not try the pod until whoever added "
             f"{'it lifts it' if len(foreign) == 1 else 'them lifts them'}; kpe never does."
         )
-    if not matched:
+    if not matched and reserved:
+        state.notes.append(
+            f"No policy of generation {generation} matches this pod: only the reservations below apply to it "
+            "(it may not take their slots' room)."
+        )
+    elif not matched:
         state.kpe_decides = False
         state.notes.append(
             f"Not kpe's to decide: no policy of generation {generation} matches this pod. kpe keeps every node "
@@ -148,6 +162,7 @@ def preemption_verdicts(
     *,
     now: Any = None,
     dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]] | None = None,
+    homes: Homes | None = None,
 ) -> dict[str, EvictionVerdict]:
     """For each node that cannot take the pod (``rejected``: kpe's verdict and reason by node,
     "pass" for nodes only kube-scheduler rejects), whether preemption could place it there:
@@ -183,6 +198,7 @@ def preemption_verdicts(
         candidates[name] = victims
     if candidates:
         result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now)
+        result = keep_evictions_off(result, policy_set, pod, by_name, node_info, homes)
         for name, victims in candidates.items():
             names = [victim_name(v) for v in victims]
             if name in result.rejected:
@@ -201,30 +217,42 @@ def diagnose(
     cluster_pods: Sequence[Mapping[str, Any]] = (),
     node_info: Mapping[str, Any] | None = None,
     now: Any = None,
+    slots: Mapping[str, Sequence[Slot]] | None = None,
+    homes: Homes | None = None,
+    placeholder_namespace: str = "kpe-system",
 ) -> Diagnosis:
     """Everything kpe can say about ``pod`` on ``nodes``. ``node_info`` defaults to the one
-    ``cluster_pods`` make (kpe's cache passes its own, as the extender verbs use it)."""
+    ``cluster_pods`` make (kpe's cache passes its own, as the extender verbs use it).
+    ``slots`` and ``homes``: the reservations' slots as the reservation controller last saw
+    them; without them, as a first pass over ``cluster_pods`` sees them (placeholders in
+    ``placeholder_namespace``)."""
     now = now if now is not None else current_time()
     info = node_info if node_info is not None else node_info_map(nodes, cluster_pods)
     bound_to = (pod.get("spec") or {}).get("nodeName")
     if bound_to and bound_to in info:
         # A bound pod is judged as if it were scheduled now: its own node without it.
         info = {**info, bound_to: without_victims(info[bound_to], [pod])}
-    report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now)
+    if policy_set.reservations and slots is None:
+        seen = fresh_plan(policy_set, cluster_pods, namespace=placeholder_namespace)
+        slots, homes = seen.slots, seen.homes
+    report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now, homes=homes)
     kube = kubefilters.check_all(pod, nodes, info)
     rejected: dict[str, tuple[str, str]] = {}
     for verdict in report.filter.explanation or []:
         kv = kube.get(verdict.node)
         if verdict.verdict != "pass" or (kv is not None and not kv.passed):
             rejected[verdict.node] = (verdict.verdict, verdict.reason)
-    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now)
+    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes)
     return Diagnosis(
         report=report,
-        state=pod_state(pod, report.matched, policy_set.generation),
+        state=pod_state(pod, report.matched, policy_set.generation, reserved=bool(policy_set.reservations)),
         gates=gate_states(policy_set, pod, report),
         kube=kube,
         eviction=eviction,
         node_order=[node_name(n) for n in nodes],
+        reservations=reservation_parts(
+            policy_set, pod, report.matched, slots or {}, {v.node: (v.verdict, v.reason) for v in report.filter.explanation or []}
+        ),
     )
 
 

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from .diagnosisslots import part_lines
 from .tables import render_table
 
 DEFAULT_LIMIT = 50  # node rows shown; the rest are counted
@@ -59,6 +60,7 @@ def headline(data: dict[str, Any]) -> list[str]:
     lines.append("matching policies: " + (", ".join(data.get("matchedPolicies") or []) or "none"))
     for cond in data.get("matchConditions") or []:
         lines.append(f"  match {cond['policy']}: {cond['effect']}" + (f" ({cond['error']})" if cond["error"] else ""))
+    lines += part_lines(data.get("reservations") or [])
     lines.append(verdict_line(data))
     return lines
 

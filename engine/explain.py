@@ -12,6 +12,7 @@ from typing import Any
 from .admission import AdmissionResult, admit
 from .evaluation import current_time
 from .filtering import FilterResult, filter_nodes
+from .heldroom import Homes, keep_off
 from .nodeinfo import node_info_map, node_name
 from .policy import PolicySet
 from .scoring import ScoreResult, score_nodes
@@ -62,11 +63,16 @@ def explain(
     cluster_pods: Sequence[Mapping[str, Any]] = (),
     node_info: Mapping[str, Any] | None = None,
     now: Any = None,
+    homes: Homes | None = None,
 ) -> Report:
-    """Evaluate every decision for ``pod`` with explanations switched on."""
+    """Evaluate every decision for ``pod`` with explanations switched on. ``homes``: where
+    the reservations' slots are (``engine.slots``), so non-owners are kept out of reserved
+    room in transit as the filter verb keeps them."""
     now = now if now is not None else current_time()
     info = node_info if node_info is not None else node_info_map(nodes, cluster_pods)
     filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True)
+    if homes:
+        keep_off(filtered, pod, nodes, info, homes, reservations={r.name for r in policy_set.reservations})
     scored = score_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True)
     admission = admit(policy_set, pod, nodes=nodes, pods=cluster_pods, now=now)
     meta = pod.get("metadata") or {}

@@ -13,8 +13,10 @@ to a policy named ``reservation.<name>`` matching its owners, with a filter
 (``Required``: only nodes holding a free slot of it, or the node the pod was
 nominated to after preempting one) or a score (``Preferred``). The preemption
 rules (``preemption_veto``) are applied by ``engine.preemption``: nobody but
-an owner may evict a placeholder, and an owner of a ``Required`` reservation
-may evict only its placeholders.
+an owner may evict a placeholder or an owner in one of the reservation's slots,
+and an owner of a ``Required`` reservation may evict only its placeholders.
+Room of a slot that neither its placeholder nor its owner holds at the moment
+is kept from non-owners by ``engine.heldroom``.
 """
 
 from __future__ import annotations
@@ -164,6 +166,12 @@ def preemption_veto(
         if held and held not in owned:
             policy = POLICY_PREFIX + held
             return policy, f"{policy}/placeholders: {_name(victim)} holds a slot of reservation {held}, which only its owners may use"
+        # An owner in its slot holds the reservation's room as its placeholder did: evicting
+        # it for a non-owner would hand that room to someone else all the same.
+        used = slot_of(victim)
+        if used and used[0] in known and used[0] not in owned:
+            policy = POLICY_PREFIX + used[0]
+            return policy, f"{policy}/placeholders: {_name(victim)} uses slot {used[1]} of reservation {used[0]}, which only its owners may use"
     for name in sorted(owned):
         reservation = known.get(name)
         if reservation is None or not reservation.required:
@@ -173,6 +181,15 @@ def preemption_veto(
                 policy = reservation.policy
                 return policy, f"{policy}/required: an owner of reservation {name} runs only in its slots, so it may evict only their placeholders, not {_name(victim)}"
     return None
+
+
+def slot_of(pod: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The slot an owner took (its ``kpe.dev/reservation-slot`` annotation), or None."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(CLAIM_ANNOTATION)
+    if not isinstance(value, str) or "/" not in value:
+        return None
+    name, _, index = value.rpartition("/")
+    return (name, int(index)) if index.isdigit() and name else None
 
 
 def _name(pod: Mapping[str, Any]) -> str:

@@ -17,6 +17,11 @@ holds the capacity now), or the node a vanished placeholder was on. ``plan`` is
 pure: it reads the pods and the controller's ``SlotMemory`` and says what to do;
 ``server.reservations`` does it. Placeholders have fixed names
 (``kpe-<reservation>-<slot>``), so two controllers cannot both create one.
+
+The plan also says where every slot not used up is at home (``Plan.homes``, by
+node): the node of its placeholder, of the owner using it (bound or nominated), or
+where it last was while its placeholder is gone or not placed. The filter keeps
+non-owners out of a home's room while no pod holds it (``engine.heldroom``).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .heldroom import Home
+from .kubefilters import pod_requests
 from .reservation import (
-    CLAIM_ANNOTATION, MANAGED_BY, SLOT_LABEL, TEMPLATE_ANNOTATION, Reservation, placeholder_name, reservation_of,
+    MANAGED_BY, SLOT_LABEL, TEMPLATE_ANNOTATION, Reservation, placeholder_name, placeholder_pod, reservation_of, slot_of,
 )
 
 Pod = Mapping[str, Any]
@@ -67,12 +74,14 @@ class Create:
     index: int
     near: str  # the node the slot was on ("" for none)
     reason: str
+    kind: str = "new"  # new (slot) | restored (its placeholder was deleted or replaced) | returned (its owner ended)
 
 
 @dataclass(frozen=True)
 class Delete:
     pod: Pod
     reason: str
+    kind: str = "stale"  # removed (reservation gone or shrunk) | taken (an owner uses the slot) | template | stale
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,7 @@ class Plan:
     claims: list[Claim] = field(default_factory=list)
     slots: dict[str, list[Slot]] = field(default_factory=dict)
     returned: list[tuple[Key, str]] = field(default_factory=list)  # slots whose owner ended, with the owner
+    homes: dict[str, list[Home]] = field(default_factory=dict)  # node -> the slots at home there (engine.heldroom)
 
     @property
     def idle(self) -> bool:
@@ -109,11 +119,7 @@ def is_placeholder(pod: Pod, namespace: str) -> bool:
 
 
 def claim_of(pod: Pod) -> Key | None:
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(CLAIM_ANNOTATION)
-    if not isinstance(value, str) or "/" not in value:
-        return None
-    name, _, index = value.rpartition("/")
-    return (name, int(index)) if index.isdigit() else None
+    return slot_of(pod)
 
 
 def _terminating(pod: Pod) -> bool:
@@ -154,9 +160,9 @@ def plan(
             if _terminating(pod):
                 terminating.add(key)
             elif reservation is None:
-                out.deletes.append(Delete(pod, f"reservation {name} was removed"))
+                out.deletes.append(Delete(pod, f"reservation {name} was removed", "removed"))
             elif not 0 <= key[1] < reservation.slots:
-                out.deletes.append(Delete(pod, f"reservation {name} has {reservation.slots} slots now"))
+                out.deletes.append(Delete(pod, f"reservation {name} has {reservation.slots} slots now", "removed"))
             elif key in live or _finished(pod):
                 out.deletes.append(Delete(pod, "not a free placeholder of its slot (duplicate or finished)"))
             else:
@@ -173,13 +179,16 @@ def plan(
     for key, placeholder in list(live.items()):
         reservation = by_name[key[0]]
         stale = ((placeholder.get("metadata") or {}).get("annotations") or {}).get(TEMPLATE_ANNOTATION) != reservation.template_hash
+        if _node(placeholder):
+            memory.nodes[key] = _node(placeholder)  # a replaced placeholder comes back near it
         if key in used or stale:
-            out.deletes.append(Delete(placeholder, "its slot is used by an owner" if key in used else f"reservation {key[0]}'s template changed"))
+            if key in used:
+                out.deletes.append(Delete(placeholder, f"its slot is used by {key_of(used[key])}", "taken"))
+            else:
+                out.deletes.append(Delete(placeholder, f"reservation {key[0]}'s template changed", "template"))
             del live[key]
             terminating.add(key)  # its name is taken until it is gone
             memory.deleted.add(key)
-        elif _node(placeholder):
-            memory.nodes[key] = _node(placeholder)
     for key, owner in used.items():
         memory.nodes[key] = _node(owner) or memory.nodes.get(key, "")
     _claim(out, by_name, live, used, terminating, candidates, memory, owns)
@@ -198,6 +207,7 @@ def plan(
         for index in range(reservation.slots):
             key = (reservation.name, index)
             slots.append(_slot(out, reservation, key, live, used, terminating, memory, now=now, grace_s=grace_s))
+    out.homes = _homes(by_name, out.slots, memory, namespace, planned={(c.reservation, c.index) for c in out.claims})
     memory.live = set(live)
     memory.bound = {key_of(p) for p in candidates if _node(p)}
     for table in (memory.nodes, memory.missing_since, memory.used_by):
@@ -243,7 +253,7 @@ def _claim(
             out.claims.append(Claim(pod, key[0], key[1], node, held))
             used[key] = pod
             if held is not None:
-                out.deletes.append(Delete(held, f"{key_of(pod)} uses this slot now"))
+                out.deletes.append(Delete(held, f"its slot is used by {key_of(pod)}", "taken"))
                 del live[key]
                 memory.deleted.add(key)
             by_node[node].remove(key)
@@ -273,9 +283,37 @@ def _slot(
         since = memory.missing_since.setdefault(key, now)
         if now - since < grace_s:
             return Slot(name, index, "missing", near)
+    replaced = key in memory.deleted
     memory.missing_since.pop(key, None)
     memory.deleted.discard(key)
-    reason = "slot returned: its owner ended" if any(k == key for k, _ in out.returned) else ("placeholder deleted" if vanished else "new slot")
-    out.creates.append(Create(reservation, index, near, reason))
+    if any(k == key for k, _ in out.returned):
+        out.creates.append(Create(reservation, index, near, "slot returned: its owner ended", "returned"))
+    elif vanished:
+        out.creates.append(Create(reservation, index, near, "placeholder deleted", "restored"))
+    elif replaced and near:
+        out.creates.append(Create(reservation, index, near, "placeholder replaced", "restored"))
+    else:
+        out.creates.append(Create(reservation, index, near, "new slot"))
     return Slot(name, index, "missing", near)
+
+
+def _homes(
+    by_name: Mapping[str, Reservation], slots: Mapping[str, list[Slot]], memory: SlotMemory, namespace: str, *, planned: set[Key]
+) -> dict[str, list[Home]]:
+    """Where each slot not used up is at home: its own node, or where it last was. A slot
+    only ``planned`` to be claimed has no owner yet: a bound claimant is judged an owner by
+    its namespace alone until the controller reads it whole, and a pod wrongly taken for
+    one must not be counted as holding the slot's room."""
+    homes: dict[str, list[Home]] = {}
+    for name, states in slots.items():
+        reservation = by_name[name]
+        requests = pod_requests(placeholder_pod(reservation, 0, namespace=namespace, image="", priority_class=""))
+        for slot in states:
+            node = slot.node or memory.nodes.get((name, slot.index), "")
+            if slot.state == "consumed" or not node:
+                continue
+            owner = slot.pod if slot.state == "used" and (name, slot.index) not in planned else ""
+            placeholder = f"{namespace}/{placeholder_name(name, slot.index)}"
+            homes.setdefault(node, []).append(Home(name, slot.index, node, placeholder, owner, requests))
+    return homes
 

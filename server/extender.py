@@ -219,7 +219,11 @@ async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> An
     # them): whole nodes are, too, once cached_copy has swapped in kpe's copies.
     memo = state.equivalence if args.nodes is None or state.cache is not None else None
     result = await evaluate(
-        state, "filter", lambda limit: filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, max_misses=limit)
+        state,
+        "filter",
+        lambda limit: state.keep_off_reserved(
+            policy_set, args.pod, nodes, filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, max_misses=limit)
+        ),
     )
     state.count_overdue("filter", result.overdue)
     state.count_equivalence("filter", result.memo_hits, result.memo_misses)
@@ -318,7 +322,9 @@ async def handle_preempt(body: Any, deadline: Deadline, state: ServerState) -> A
             candidates[node] = [p for p in pods if p is not None]
     nodes = {name: state.cache.node(name) for name in candidates} if state.cache is not None else {}
     known = {k: v for k, v in nodes.items() if v is not None}
-    result = await state.worker.run(lambda: preempt(policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline))
+    result = await state.worker.run(
+        lambda: state.keep_evictions_off_reserved(policy_set, args.pod, known, preempt(policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline))
+    )
     state.count_overdue("preempt", result.overdue)
     rejected.update(result.rejected)
     state.metrics.count_rules("preemption", [], result.errors, result.audit_rejections)

@@ -161,8 +161,12 @@ async def explain_endpoint(request: Request) -> Response:
     pods = state.cache.pods() if state.cache is not None else []
     # Without a cache, nodeInfo is unknown, as it is to the filter verb: an empty
     # mapping says so (None would make explain count the pods it was given: none).
+    latest = state.reservations.latest() if state.reservations is not None else None
     report = await state.worker.run(
-        lambda: explain(policy_set, args.pod, nodes, cluster_pods=pods, node_info=state.node_info() if state.cache is not None else {})
+        lambda: explain(
+            policy_set, args.pod, nodes, cluster_pods=pods, node_info=state.node_info() if state.cache is not None else {},
+            homes=latest.homes if latest is not None else None,
+        )
     )
     data = report.to_dict()
     data["unknownNodes"] = unknown
@@ -195,7 +199,13 @@ async def explain_pod(request: Request) -> Response:
     # replaced, never changed, so a copy of the map stays right. The explanation itself (seconds
     # on a large cluster) runs in a thread of its own, not in the worker the verbs queue on.
     info = await state.worker.run(lambda: dict(cache.node_info))
-    diagnosis = await asyncio.to_thread(diagnose, policy_set, pod, nodes, cluster_pods=pods, node_info=info)
+    # The reservations' slots as this replica's controller last saw them (what its filter uses).
+    latest = state.reservations.latest() if state.reservations is not None else None
+    diagnosis = await asyncio.to_thread(
+        diagnose, policy_set, pod, nodes, cluster_pods=pods, node_info=info,
+        slots=latest.slots if latest is not None else None, homes=latest.homes if latest is not None else None,
+        placeholder_namespace=state.settings.reservation_namespace,
+    )
     data = diagnosis.to_dict()
     if is_projected(pod):
         data["status"]["notes"].append("kpe's cache keeps only the fields its policies read of a bound pod: rules reading others see them missing.")

@@ -5,10 +5,12 @@ Two sources, one report (``engine.diagnosis``, printed by ``engine.diagnosisview
 - the cluster itself (``--kubeconfig`` or in-cluster credentials): the pod, every
   node and every pod are read from the API server and decided with the policies
   given with ``--policies`` (default: the shipped ones), ``nodeInfo`` made from
-  the pods bound to each node;
+  the pods bound to each node, the reservations' slots from the placeholders in
+  ``--reservation-namespace`` and the owners' claims;
 - a running kpe (``--server URL``): ``GET /apis/v1/explain?pod=`` on its
   introspection listener, decided by that replica with the generation it serves,
-  its cache's nodes and ``nodeInfo``: exactly what its extender verbs see.
+  its cache's nodes and ``nodeInfo`` and its reservation controller's slots:
+  exactly what its extender verbs see.
 
 Exit codes: 0 explained, 1 the policies have errors, 2 usage errors and
 failures to reach the cluster or kpe, or an unknown pod.
@@ -32,7 +34,7 @@ from .remote import (
     read_cluster,
     with_cluster,
 )
-from .settings import UsageError
+from .settings import Settings, UsageError
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -74,7 +76,7 @@ def from_cluster(args: argparse.Namespace, namespace: str, name: str, policy_pat
         return pod, nodes, pods, client.source
 
     pod, nodes, pods, source = with_cluster(args, work)
-    data = diagnose(policy_set, pod, nodes, cluster_pods=pods).to_dict()
+    data = diagnose(policy_set, pod, nodes, cluster_pods=pods, placeholder_namespace=args.reservation_namespace).to_dict()
     data["source"] = f"policies {' '.join(policy_paths)}, cluster from {source}"
     return data
 
@@ -83,6 +85,10 @@ def add_explain_pod_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``kpe explain pod`` (the explain command's other options are cli.py's)."""
     add_cluster_arguments(parser)
     add_server_arguments(parser, "explain the pod as that replica decides it (its policies, its cache)")
+    parser.add_argument(
+        "--reservation-namespace", default=Settings.reservation_namespace, metavar="NS",
+        help=f"namespace of the reservations' placeholders, as kpe serve's flag (default {Settings.reservation_namespace})",
+    )
     parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N", help=f"node rows shown by table and markdown, nodes that can take the pod first (default {DEFAULT_LIMIT}; 0: all)")
 
 

@@ -11,6 +11,17 @@ nothing). Slots used up (``returnSlots: false``) are remembered in the
 annotation ``kpe.dev/consumed-slots`` of the Lease ``<--lease-name>-reservations``,
 so a new leader does not give them back. ``GET /apis/v1/reservations`` shows
 every slot.
+
+Every replica, leader or not, knows where each slot is at home (``homes``): the
+leader from its passes, the others from passes of their own that only look
+(``_track``). Every replica's filter verb keeps non-owners out of a home's room
+while no pod holds it (``engine.heldroom``).
+
+Events (``reportingComponent: kpe``), on placeholders: ``ReservedSlotHeld`` (created
+for a new slot), ``ReservedSlotRestored`` (created again after it was deleted or
+replaced), ``ReservedSlotReturned`` (created again after the slot's owner ended),
+``ReservedSlotTaken`` (deleted: an owner uses its slot), ``ReservedSlotRemoved``
+(deleted: the reservation was removed or shrunk); on owners: ``ReservedSlotTaken``.
 """
 
 from __future__ import annotations
@@ -26,17 +37,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine.evaluation import matching_scopes, request_inputs
+from engine.heldroom import Home
 from engine.policy import PolicySet
-from engine.reservation import CLAIM_ANNOTATION, Reservation, placeholder_pod
-from engine.slots import Claim, Plan, SlotMemory, key_of, plan
+from engine.reservation import CLAIM_ANNOTATION, RESERVATION_LABEL, SLOT_LABEL, Reservation, placeholder_pod
+from engine.slots import Claim, Create, Delete, Plan, SlotMemory, key_of, plan
 
 from .extender import json_response
 from .kube import ApiError
-from .leader import micro_time, run_passes
+from .leader import first, micro_time, run_passes
 from .state import ServerState
 
 log = logging.getLogger("kpe.reservations")
 STATES = ("free", "pending", "used", "consumed", "missing")
+CREATED = {"new": "ReservedSlotHeld", "restored": "ReservedSlotRestored", "returned": "ReservedSlotReturned"}  # Create.kind -> Event
+DELETED = {"taken": "ReservedSlotTaken", "removed": "ReservedSlotRemoved"}  # Delete.kind -> Event (the others need none)
 CONSUMED_ANNOTATION = "kpe.dev/consumed-slots"  # on the record Lease: "<reservation>/<slot>,..."
 
 
@@ -51,7 +65,10 @@ class ReservationController:
         self.resync = resync_s
         self.clock = clock
         self.memory = SlotMemory()
-        self.last: Plan | None = None
+        self.last: Plan | None = None  # the leader's last pass
+        self.seen: Plan | None = None  # a follower's last look (``_track``)
+        self.watching = SlotMemory()  # what a follower's looks remember
+        self.homes: dict[str, list[Home]] = {}  # node -> slots at home there, from the last pass or look
         # Consumed slots (returnSlots: false) outlive a leader: kept as an annotation of a Lease
         # beside the gate controller's (the only objects kpe may write in its namespace).
         self.record = (settings.lease_namespace, f"{settings.lease_name}-reservations")
@@ -118,10 +135,12 @@ class ReservationController:
     async def reconcile(self) -> Plan | None:
         policy_set = self.state.store.current
         if not policy_set.reservations and not self.placeholders_seen:
+            self.homes = {}
             return None  # nothing reserved and nothing left over: no pass over every pod
         if self.saved is None and any(not r.return_slots for r in policy_set.reservations):
             await self._load_consumed()
         result = self.compute(self.memory)
+        self.homes = result.homes
         self.placeholders_seen = bool(policy_set.reservations) or bool(result.deletes)
         failed: list[Any] = []
         for claim in result.claims:
@@ -131,9 +150,9 @@ class ReservationController:
         for delete in result.deletes:
             if any(delete.pod is p for p in failed if p is not None):
                 continue
-            await self._delete(delete.pod, delete.reason)
+            await self._delete(delete)
         for create in result.creates:
-            await self._create(create.reservation, create.index, create.near, create.reason)
+            await self._create(create)
         for (name, index), owner in result.returned:
             log.info("slot %s/%d returned: %s ended", name, index, owner)
         self.last = result
@@ -197,9 +216,10 @@ class ReservationController:
         await self._event(pod, "ReservedSlotTaken", f"uses slot {claim.index} of reservation {claim.reservation} on node {claim.node}")
         return True
 
-    async def _delete(self, pod: Mapping[str, Any], reason: str) -> None:
+    async def _delete(self, delete: Delete) -> None:
         client = self.state.client
         assert client is not None
+        pod, reason = delete.pod, delete.reason
         meta = pod.get("metadata") or {}
         try:
             await client.delete_pod(self.namespace, str(meta.get("name")), uid=str(meta.get("uid") or ""), grace_seconds=0)
@@ -207,12 +227,17 @@ class ReservationController:
             if exc.status not in (404, 409):
                 log.warning("could not delete placeholder %s: %s", key_of(pod), exc)
             return
-        self.placeholder_changes.labels(str((meta.get("labels") or {}).get("kpe.dev/reservation", "")), "deleted").inc()
+        labels = meta.get("labels") or {}
+        self.placeholder_changes.labels(str(labels.get(RESERVATION_LABEL, "")), "deleted").inc()
         log.info("deleted placeholder %s: %s", key_of(pod), reason)
+        if delete.kind in DELETED:
+            what = f"slot {labels.get(SLOT_LABEL, '?')} of reservation {labels.get(RESERVATION_LABEL, '?')}"
+            await self._event(pod, DELETED[delete.kind], f"placeholder of {what} deleted: {reason}")
 
-    async def _create(self, reservation: Reservation, index: int, near: str, reason: str) -> None:
+    async def _create(self, create: Create) -> None:
         client = self.state.client
         assert client is not None
+        reservation, index, near, reason = create.reservation, create.index, create.near, create.reason
         pod = placeholder_pod(reservation, index, namespace=self.namespace, image=self.image, priority_class=self.priority_class, near=near)
         try:
             created = await client.create_pod(self.namespace, pod)
@@ -222,8 +247,13 @@ class ReservationController:
             return
         self.placeholder_changes.labels(reservation.name, "created").inc()
         log.info("created placeholder %s/%s: %s", self.namespace, pod["metadata"]["name"], reason)
-        if reason.startswith("slot returned"):
-            await self._event(created, "ReservedSlotReturned", f"slot {index} of reservation {reservation.name} is free again ({reason})")
+        where = f" (preferring node {near}, where the slot was)" if near else ""
+        message = {
+            "new": f"holds slot {index} of reservation {reservation.name}",
+            "restored": f"holds slot {index} of reservation {reservation.name} again ({reason}){where}",
+            "returned": f"slot {index} of reservation {reservation.name} is free again ({reason}){where}",
+        }[create.kind]
+        await self._event(created, CREATED[create.kind], message)
 
     async def _event(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
         client = self.state.client
@@ -259,11 +289,46 @@ class ReservationController:
             self.memory = SlotMemory()  # a leader again later starts from the cluster
             self.saved = None
 
-        await run_passes(
-            stop, leading, synced=cache.synced, changed=cache.subscribe(), reloaded=self.state.store.subscribe(),
-            reconcile=self.reconcile, follow=follow, name="reservation controller",
-            wait_s=min(self.resync, max(self.grace, 0.2)), settle_s=0.05,
-        )
+        tracking = asyncio.create_task(self._track(stop, leading), name="reservation-homes")
+        try:
+            await run_passes(
+                stop, leading, synced=cache.synced, changed=cache.subscribe(), reloaded=self.state.store.subscribe(),
+                reconcile=self.reconcile, follow=follow, name="reservation controller",
+                wait_s=min(self.resync, max(self.grace, 0.2)), settle_s=0.05,
+            )
+        finally:
+            tracking.cancel()
+
+    async def _track(self, stop: asyncio.Event, leading: asyncio.Event) -> None:
+        """While this replica follows: look at the slots as a pass would, without acting, so
+        its filter knows the homes too (kube-scheduler may ask any replica)."""
+        cache = self.state.cache
+        assert cache is not None
+        changed, reloaded = cache.subscribe(), self.state.store.subscribe()
+        try:
+            while not stop.is_set():
+                await first(stop, changed, reloaded, timeout=self.resync)
+                changed.clear()
+                reloaded.clear()
+                if leading.is_set() or not cache.synced.is_set():
+                    self.watching, self.seen = SlotMemory(), None  # the leader's passes keep the homes
+                    continue
+                try:
+                    if self.state.store.current.reservations:
+                        self.seen = self.compute(self.watching)
+                        self.homes = self.seen.homes
+                    else:
+                        self.seen, self.homes = None, {}
+                except Exception:  # noqa: BLE001 - one bad look must not end the tracking
+                    log.exception("reservation homes: a look failed")
+                await asyncio.sleep(0.05)
+        finally:
+            cache.unsubscribe(changed)
+
+    def latest(self) -> Plan | None:
+        """The last pass (leading) or look (following): the slots as this replica knows them."""
+        leading = self.state.elector is not None and self.state.elector.is_leader
+        return self.last if leading else self.seen
 
     def status(self) -> dict[str, Any]:
         """Every reservation and slot: as the leader's last pass saw them, or (a follower,

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.equivalence import EquivalenceCache
 from engine.nodeinfo import NodesByName
+from engine.filtering import FilterResult
+from engine.heldroom import keep_evictions_off, keep_off
+from engine.policy import PolicySet
+from engine.preemption import PreemptionResult
 
 from .decisionlog import DecisionLog
 from .metrics import Metrics
@@ -46,6 +50,29 @@ class ServerState:
 
     def node_info(self) -> Mapping[str, Any] | None:
         return self.cache.node_info if self.cache is not None else None
+
+    def keep_off_reserved(self, policy_set: PolicySet, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]] | NodesByName, result: FilterResult) -> FilterResult:
+        """The filter's result with non-owners kept out of reserved room in transit
+        (``engine.heldroom``). Runs where the filter does, in the worker that reads nodeInfo."""
+        controller = self.reservations
+        if controller is None or not controller.homes or not policy_set.reservations:
+            return result
+        names = {r.name for r in policy_set.reservations}
+        if isinstance(nodes, NodesByName):
+            # Only the passing nodes where a slot is at home are looked at: resolve just those.
+            homes, states = controller.homes, nodes.states
+            nodes = [states[name].node for name in result.passed if name in homes and name in states]
+        return keep_off(result, pod, nodes, self.node_info(), controller.homes, reservations=names)
+
+    def keep_evictions_off_reserved(
+        self, policy_set: PolicySet, pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], result: PreemptionResult
+    ) -> PreemptionResult:
+        """The preempt verb's candidates without the nodes where the pod would fit only in
+        reserved room in transit once the victims are gone (``engine.heldroom``)."""
+        controller = self.reservations
+        if controller is None or not controller.homes or not policy_set.reservations:
+            return result
+        return keep_evictions_off(result, policy_set, pod, nodes, self.node_info(), controller.homes)
 
     def resolve_nodes(self, names: list[str], verb: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Nodes for the names the scheduler sent; unknown names fail with a reason that says so."""

@@ -161,3 +161,89 @@ def test_a_slot_that_is_not_returned_stays_used_up_when_the_leader_changes(tmp_p
             wait_for(lambda: slots(other) == [("consumed", "", None)] or slots(other) == [("consumed", None, None)])
             time.sleep(1.5)  # several passes, past the grace period
             assert "kpe-train-0" not in placeholders(api)
+
+
+def intruder_filtered(url: str, cpu: str = "4") -> dict[str, Any]:
+    pod = {"metadata": {"name": "intruder", "namespace": "web", "uid": "uid-intruder"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}}
+    answer: dict[str, Any] = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "NodeNames": ["node-1", "node-2"]}).json()
+    return answer
+
+
+def test_the_filter_verb_keeps_a_non_owner_out_of_the_room_an_owner_s_preemption_freed_until_the_owner_binds(tmp_path: Path) -> None:
+    with cluster(tmp_path) as (api, url, _):
+        wait_for(lambda: sorted(placeholders(api)) == ["kpe-train-0", "kpe-train-1"])
+        api.state.bind(NS, "kpe-train-0", "node-1")
+        api.state.bind(NS, "kpe-train-1", "node-2")
+        wait_for(lambda: slots(url)[0][0] == slots(url)[1][0] == "free")
+        # Placeholders placed (each holds 1 of 4 CPUs): the room beside them is anyone's.
+        assert intruder_filtered(url, cpu="3")["NodeNames"] == ["node-1", "node-2"]
+        api.state.delete("pods", "kpe-train-0", NS)
+        owner(api, "trainer", nominatedNodeName="node-1")
+        # The 4 CPUs node-1 shows free are 3 plus the slot's 1, which is the nominated owner's.
+        wait_for(lambda: "ml/trainer" in (intruder_filtered(url).get("FailedAndUnresolvableNodes") or {}).get("node-1", ""))
+        answer = intruder_filtered(url)
+        assert answer["FailedAndUnresolvableNodes"]["node-1"] == (
+            "reservation.train/reserved-room: slot 0 of reservation train keeps room on this node for its owner ml/trainer; without it: Insufficient cpu"
+        )
+        assert intruder_filtered(url, cpu="3")["NodeNames"] == ["node-1", "node-2"]
+        # kpe explain pod says so, from this replica's controller.
+        api.state.add_pod({"metadata": {"name": "intruder", "namespace": "web"}, "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "4"}}}]}, "status": {"phase": "Pending"}})
+        wait_for(lambda: httpx.get(url + "/apis/v1/explain", params={"pod": "web/intruder"}).status_code == 200)
+        text = httpx.get(url + "/apis/v1/explain", params={"pod": "web/intruder"}).json()["text"].splitlines()
+        start = text.index("reservation train (Required): this pod is not an owner")
+        assert text[start + 1:start + 4] == [
+            "  slot 0: used on node-1 by ml/trainer",
+            "  slot 1: free on node-2 (kpe-system/kpe-train-1)",
+            "  kept off node-1: the room it needs there is reserved for its owner ml/trainer",
+        ]
+        api.state.bind("ml", "trainer", "node-1")
+        wait_for(lambda: slots(url)[0] == ("used", "node-1", "ml/trainer"))
+        assert "node-1" in intruder_filtered(url)["NodeNames"]  # the owner (asking for no CPU) holds the slot now
+
+
+def test_placeholders_and_owners_get_an_event_for_every_change_of_a_slot(tmp_path: Path) -> None:
+    with cluster(tmp_path, slots=2) as (api, url, policy):
+        wait_for(lambda: sorted(placeholders(api)) == ["kpe-train-0", "kpe-train-1"])
+        api.state.bind(NS, "kpe-train-0", "node-1")
+        api.state.bind(NS, "kpe-train-1", "node-2")
+        wait_for(lambda: slots(url)[0][0] == slots(url)[1][0] == "free")
+        api.state.delete("pods", "kpe-train-0", NS)  # by someone else: back after the grace period
+        wait_for(lambda: "kpe-train-0" in placeholders(api))
+        api.state.bind(NS, "kpe-train-0", "node-1")
+        owner(api, "beside")
+        api.state.bind("ml", "beside", "node-1")
+        wait_for(lambda: "kpe-train-0" not in placeholders(api))
+        policy.write_text(RESERVATION.replace("SLOTS", "1"))
+        wait_for(lambda: "kpe-train-1" not in placeholders(api))
+        wait_for(lambda: any(e["reason"] == "ReservedSlotRemoved" for e in api.state.events))
+        seen = sorted((e["involvedObject"]["namespace"] + "/" + e["involvedObject"]["name"], e["reason"], e["message"]) for e in api.state.events)
+        assert seen == [
+            ("kpe-system/kpe-train-0", "ReservedSlotHeld", "holds slot 0 of reservation train"),
+            ("kpe-system/kpe-train-0", "ReservedSlotRestored", "holds slot 0 of reservation train again (placeholder deleted) (preferring node node-1, where the slot was)"),
+            ("kpe-system/kpe-train-0", "ReservedSlotTaken", "placeholder of slot 0 of reservation train deleted: its slot is used by ml/beside"),
+            ("kpe-system/kpe-train-1", "ReservedSlotHeld", "holds slot 1 of reservation train"),
+            ("kpe-system/kpe-train-1", "ReservedSlotRemoved", "placeholder of slot 1 of reservation train deleted: reservation train has 1 slots now"),
+            ("ml/beside", "ReservedSlotTaken", "uses slot 0 of reservation train on node node-1"),
+        ]
+        assert all(e["source"] == {"component": "kpe"} and e["type"] == "Normal" for e in api.state.events)
+
+
+def test_a_replica_that_does_not_lead_keeps_non_owners_out_of_room_in_transit_too(tmp_path: Path) -> None:
+    policy = tmp_path / "policies" / "reservation.yaml"
+    policy.parent.mkdir()
+    policy.write_text(RESERVATION.replace("SLOTS", "1"))
+    with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
+        for name in ("node-1", "node-2"):
+            api.state.add_node({"metadata": {"name": name, "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
+        with serve(create_app(settings_for(api, tmp_path, policy))) as first, serve(create_app(settings_for(api, tmp_path, policy))) as second:
+            wait_for(lambda: "kpe-train-0" in placeholders(api))
+            api.state.bind(NS, "kpe-train-0", "node-1")
+            wait_for(lambda: any(httpx.get(u + "/apis/v1/gated").json()["leader"] for u in (first, second)))
+            follower = second if httpx.get(first + "/apis/v1/gated").json()["leader"] else first
+            assert httpx.get(follower + "/apis/v1/gated").json()["leader"] is False
+            # The placeholder is evicted and the leader is not told first: the follower saw where it was.
+            wait_for(lambda: slots(follower) == [("free", "node-1", "kpe-system/kpe-train-0")])
+            time.sleep(0.3)  # a look after the placeholder's binding
+            api.state.delete("pods", "kpe-train-0", NS)
+            wait_for(lambda: "node-1" in (intruder_filtered(follower).get("FailedAndUnresolvableNodes") or {}))
+            assert intruder_filtered(follower)["NodeNames"] == ["node-2"]

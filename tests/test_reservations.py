@@ -191,7 +191,7 @@ def test_a_placeholder_from_an_older_template_is_replaced() -> None:
     result = run(res, [old, placeholder(res, 1, "n2")], memory)
     assert [d.pod for d in result.deletes] == [old] and not result.creates
     again = run(res, [placeholder(res, 1, "n2")], memory, now=0.1)
-    assert [(c.index, c.reason) for c in again.creates] == [(0, "new slot")]
+    assert [(c.index, c.reason, c.kind) for c in again.creates] == [(0, "placeholder replaced", "restored")]
 
 
 def test_an_owner_nominated_late_takes_the_slot_from_a_placeholder_recreated_meanwhile() -> None:

@@ -1,7 +1,10 @@
-"""Reservations on the real control plane: kube-scheduler places kpe's placeholder, an owner
-lands in the reserved slot of a full cluster by preempting it, a non-owner of higher priority
-does not take it, and a finished owner gives the slot back. There is no kubelet: a stand-in
-finalises pods that get a deletion timestamp, as a kubelet would once their containers stop."""
+"""Reservations on the real control plane: kube-scheduler places kpe's placeholders (on the
+template's nodes, spread as it says), an owner lands in the reserved slot of a full cluster
+by preempting one, a non-owner of higher priority pending beside it does not take it (neither
+the room the owner's preemption frees nor, later, the owner's place), and a finished owner
+gives the slot back, with nobody taking the room before its placeholder returns. There is no
+kubelet: a stand-in finalises pods that get a deletion timestamp, as a kubelet would once
+their containers stop."""
 
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ def placeholder(api: Api, name: str) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
-def test_an_owner_takes_the_reserved_slot_of_a_full_cluster_and_a_non_owner_does_not(cluster: Cluster) -> None:
+def test_an_owner_takes_the_reserved_slot_of_a_full_cluster_and_a_higher_priority_non_owner_pending_beside_it_does_not(cluster: Cluster) -> None:
     ns, api = cluster.namespace, cluster.api
     name = "r" + ns[-6:]
     slot = f"kpe-{name}-0"
@@ -81,17 +84,21 @@ def test_an_owner_takes_the_reserved_slot_of_a_full_cluster_and_a_non_owner_does
             wait_until(lambda: kpe.metric("kpe_requests_total", verb="preempt", code="200") > calls, 30, "kube-scheduler to ask kpe about preempting the placeholder")
             time.sleep(1.0)
             assert "intruder" not in cluster.bound() and placeholder(api, slot) is not None, "a non-owner took the reserved slot"
-            # Gone before the owner comes: a pending pod of higher priority than the owner could take the room the
-            # owner's preemption frees before the owner binds (kube-scheduler holds a nominated pod's room only
-            # against pods of lower or equal priority; see docs/guides/reservations.md, Limits).
-            api.delete(f"/api/v1/namespaces/{ns}/pods/intruder", grace=0)
 
+            # The intruder stays pending, at a higher priority than the owner: kube-scheduler does not keep the room the
+            # owner's preemption frees from it, kpe's filter does (reserved room in transit), and once the owner runs
+            # there kpe's preempt verb keeps the intruder from evicting it.
             started = time.monotonic()
             api.pod(ns, "owner", cpu="2", priority_class="e2e-low", labels={"team": "a"})
             assert cluster.wait_bound(["owner"], 30)["owner"] == reserved
             landed = time.monotonic() - started
             claimed = wait_until(lambda: api.get_pod(ns, "owner")["metadata"].get("annotations", {}).get("kpe.dev/reservation-slot"), 15, "kpe to record the owner's slot")
             assert claimed == f"{name}/0"
+            vetoed = kpe.metric("kpe_preemption_rejections_total", policy=f"reservation.{name}", rule="placeholders")
+            wait_until(lambda: kpe.metric("kpe_preemption_rejections_total", policy=f"reservation.{name}", rule="placeholders") > vetoed, 30,
+                       "the intruder to try evicting the owner from its slot")
+            time.sleep(1.0)
+            assert "intruder" not in cluster.bound() and cluster.bound()["owner"] == reserved, "the intruder took the owner's slot"
 
             api.patch(f"/api/v1/namespaces/{ns}/pods/owner/status", {"status": {"phase": "Succeeded"}})
             finished = time.monotonic()
@@ -99,7 +106,10 @@ def test_an_owner_takes_the_reserved_slot_of_a_full_cluster_and_a_non_owner_does
             returned = time.monotonic() - finished
             assert back["spec"]["nodeName"] == reserved
             wait_until(lambda: kpe.http.get("/apis/v1/reservations").json()["reservations"][0]["slotStates"][0]["state"] == "free", 10, "the status to show the slot free")
-            print(f"\n[e2e reservations] owner arrival to bound {landed:.2f}s, owner finished to placeholder bound {returned:.2f}s")
+            assert "intruder" not in cluster.bound()
+            kept_off = kpe.metric("kpe_node_rejections_total", policy=f"reservation.{name}", rule="reserved-room")
+            print(f"\n[e2e reservations] owner arrival to bound {landed:.2f}s, owner finished to placeholder bound {returned:.2f}s, "
+                  f"the intruder kept off room in transit {kept_off:.0f} time(s)")
     finally:
         for pod in api.pods(PLACEHOLDERS):
             if pod["metadata"].get("labels", {}).get("kpe.dev/reservation") == name:
@@ -179,6 +189,103 @@ def test_preferred_owners_go_to_a_slot_first_and_run_elsewhere_when_none_is_free
             assert "third" not in cluster.bound()
             api.delete(f"/api/v1/namespaces/{ns}/pods/first", grace=0)  # its slot comes back, and the third owner takes it
             assert cluster.wait_bound(["third"], 30)["third"] == reserved
+    finally:
+        for pod in api.pods(PLACEHOLDERS):
+            if pod["metadata"].get("labels", {}).get("kpe.dev/reservation") == name:
+                api.delete(f"/api/v1/namespaces/{PLACEHOLDERS}/pods/{pod['metadata']['name']}", grace=0)
+
+
+def test_a_non_owner_that_comes_between_an_owner_ending_and_its_placeholder_returning_does_not_take_the_room(cluster: Cluster) -> None:
+    ns, api = cluster.namespace, cluster.api
+    name = "r" + ns[-6:]
+    slot = f"kpe-{name}-0"
+    api.priority_class("kpe-placeholder", -10)
+    cluster.write_policy("reservation.yaml", RESERVATION.format(name=name, namespace=ns))
+    for node in ("a", "b"):
+        cluster.node(f"{ns}-{node}", cpu="4")
+    try:
+        with stand_in_kubelet(api, (ns, PLACEHOLDERS)):
+            kpe = cluster.start_kpe(extra=("--reservation-grace-s", "2", "--gate-resync-s", "1", "--lease-name", f"kpe-{name}"))
+            cluster.start_scheduler(kpe)
+            held = wait_until(lambda: (p := placeholder(api, slot)) and p["spec"].get("nodeName") and p, 30, "kube-scheduler to place the placeholder")
+            reserved = held["spec"]["nodeName"]
+            other = f"{ns}-b" if reserved == f"{ns}-a" else f"{ns}-a"
+            for i in range(2):
+                api.pod(ns, f"fill-{reserved[-1]}-{i}", cpu="1", priority_class="e2e-high", node=reserved)
+            for i in range(4):
+                api.pod(ns, f"fill-{other[-1]}-{i}", cpu="1", priority_class="e2e-high", node=other)
+            api.pod(ns, "owner", cpu="2", priority_class="e2e-low", labels={"team": "a"})
+            assert cluster.wait_bound(["owner"], 30)["owner"] == reserved
+            wait_until(lambda: api.get_pod(ns, "owner")["metadata"].get("annotations", {}).get("kpe.dev/reservation-slot"), 15, "kpe to record the owner's slot")
+            # A non-owner waits for room (the owner's priority: it may not evict it).
+            api.pod(ns, "newcomer", cpu="2", priority_class="e2e-low", labels={"team": "b"})
+            time.sleep(1.0)
+            assert "newcomer" not in cluster.bound()
+
+            # Hold the window open: without its PriorityClass the placeholder cannot come back (kpe retries each pass).
+            api.delete("/apis/scheduling.k8s.io/v1/priorityclasses/kpe-placeholder")
+            kept_off = kpe.metric("kpe_node_rejections_total", policy=f"reservation.{name}", rule="reserved-room")
+            finished = time.monotonic()
+            api.patch(f"/api/v1/namespaces/{ns}/pods/owner/status", {"status": {"phase": "Succeeded"}})
+            wait_until(lambda: kpe.metric("kpe_node_rejections_total", policy=f"reservation.{name}", rule="reserved-room") > kept_off, 30,
+                       "kube-scheduler to try the newcomer on the freed node, and kpe to keep it off")
+            asked = time.monotonic() - finished
+            time.sleep(2.0)
+            assert "newcomer" not in cluster.bound(), "a non-owner took the room of a slot whose placeholder had not returned"
+            state = kpe.http.get("/apis/v1/reservations").json()["reservations"][0]["slotStates"][0]
+            assert (state["state"], state["node"]) == ("missing", reserved)
+
+            api.priority_class("kpe-placeholder", -10)
+            back = wait_until(lambda: (p := placeholder(api, slot)) and p["spec"].get("nodeName") and p, 30, "the placeholder to come back")
+            assert back["spec"]["nodeName"] == reserved
+            time.sleep(1.0)
+            assert "newcomer" not in cluster.bound()
+            print(f"\n[e2e reservations] owner finished to the newcomer kept off the slot's room {asked:.2f}s; room held {time.monotonic() - finished:.1f}s until the placeholder returned")
+    finally:
+        api.priority_class("kpe-placeholder", -10)
+        for pod in api.pods(PLACEHOLDERS):
+            if pod["metadata"].get("labels", {}).get("kpe.dev/reservation") == name:
+                api.delete(f"/api/v1/namespaces/{PLACEHOLDERS}/pods/{pod['metadata']['name']}", grace=0)
+
+
+SPREAD = """apiVersion: kpe.dev/v1alpha1
+kind: Reservation
+metadata: {{name: {name}}}
+spec:
+  slots: 4
+  owners: {{namespaces: [{namespace}]}}
+  template:
+    resources: {{requests: {{cpu: "1"}}}}
+    nodeSelector: {{pool: {pool}}}
+    topologySpreadConstraints:
+    - {{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}}
+"""
+
+
+def test_kube_scheduler_places_placeholders_only_on_the_template_s_nodes_and_spreads_them_as_it_says(cluster: Cluster) -> None:
+    ns, api = cluster.namespace, cluster.api
+    name = "r" + ns[-6:]
+    pool = "p" + ns[-6:]
+    api.priority_class("kpe-placeholder", -10)
+    cluster.write_policy("reservation.yaml", SPREAD.format(name=name, namespace=ns, pool=pool))
+    # Left to its scores, kube-scheduler would put most placeholders on the big node, and the
+    # biggest node is outside the pool: only the template's constraints send them elsewhere.
+    cluster.node(f"{ns}-big", cpu="64", labels={"pool": pool, "topology.kubernetes.io/zone": f"{ns}-z1"})
+    cluster.node(f"{ns}-small", cpu="4", labels={"pool": pool, "topology.kubernetes.io/zone": f"{ns}-z2"})
+    cluster.node(f"{ns}-outside", cpu="128", labels={"topology.kubernetes.io/zone": f"{ns}-z3"})
+    slots = [f"kpe-{name}-{i}" for i in range(4)]
+    try:
+        with stand_in_kubelet(api, (ns, PLACEHOLDERS)):
+            started = time.monotonic()
+            kpe = cluster.start_kpe(extra=("--gate-resync-s", "1", "--lease-name", f"kpe-{name}"))
+            cluster.start_scheduler(kpe)
+            placed = wait_until(
+                lambda: (found := [placeholder(api, s) for s in slots]) and all(p and p["spec"].get("nodeName") for p in found) and found,
+                60, "kube-scheduler to place the four placeholders",
+            )
+            nodes = sorted(p["spec"]["nodeName"] for p in placed)
+            assert nodes == [f"{ns}-big", f"{ns}-big", f"{ns}-small", f"{ns}-small"], nodes
+            print(f"\n[e2e reservations] kpe started to 4 placeholders placed by the template's nodeSelector and zone spread {time.monotonic() - started:.2f}s: {nodes}")
     finally:
         for pod in api.pods(PLACEHOLDERS):
             if pod["metadata"].get("labels", {}).get("kpe.dev/reservation") == name:
