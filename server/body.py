@@ -12,7 +12,11 @@ cannot hurt.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 # Bytes of Python objects per JSON value, from tracemalloc over parsed bodies: a dict or
 # list with its slot in its parent, a str, and anything else that stands between separators.
@@ -57,3 +61,20 @@ def implausible(raw: bytes) -> str:
         f"about {found.parsed_bytes / 2**20:,.0f} MiB once parsed ({found.expansion:.0f} times its size; kpe parses at most "
         f"{MAX_EXPANSION:g} times): no kube-scheduler or API server request is shaped like that"
     )
+
+
+def decode(raw: bytes | str) -> Any:
+    """``orjson.loads(raw)`` with the cyclic garbage collector paused. Decoded JSON holds no
+    cycles, yet each container it allocates counts toward the collector's thresholds: a
+    1 MiB whole-node request set off about 70 young collections, and every tenth of those
+    a pass over the older objects, which in kpe's process are the cache's. Measured on 60
+    captured whole-node filter bodies beside 20 decoded ones kept alive: 33 ms per body with
+    the collector running, 7 ms paused. Objects allocated meanwhile are still counted and
+    collected once it runs again."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return orjson.loads(raw)
+    finally:
+        if paused:
+            gc.enable()

@@ -27,7 +27,7 @@ from engine.nodeinfo import NodesByName
 from engine.preemption import preempt
 from engine.scoring import score_nodes
 
-from .body import implausible
+from .body import decode, implausible
 from .state import ServerState
 from .wire import (
     WireError,
@@ -135,7 +135,7 @@ def parse_json(raw: bytes) -> Any:
     if refused:
         raise HTTPProblem(413, refused)
     try:
-        return orjson.loads(raw)
+        return decode(raw)
     except orjson.JSONDecodeError as exc:
         raise HTTPProblem(400, f"malformed JSON: {exc}") from None
 
