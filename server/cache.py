@@ -143,6 +143,10 @@ class ClusterCache:
     def node(self, name: str) -> Obj | None:
         return self._nodes.get(name)
 
+    def nodes_named(self, names: list[str]) -> list[Obj | None]:
+        """The cached node of each name (None where unknown), looked up in C."""
+        return list(map(self._nodes.get, names))
+
     def resolve(self, names: list[str], *, key: str = "") -> tuple[list[Obj], list[str]]:
         """The cached nodes for ``names`` (in order) and the names the cache does not know.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from operator import itemgetter, methodcaller
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -178,29 +179,37 @@ async def evaluate(state: ServerState, verb: str, decide: Callable[[int | None],
     return await state.worker.run(decide, None)
 
 
-def cached_copy(state: ServerState) -> Callable[[dict[str, Any]], dict[str, Any] | None] | None:
-    """For whole nodes from kube-scheduler: kpe's cached object of the same node at the same
-    resourceVersion (the same state of the node, so the same answers). The request's objects
-    are new on every request, and the equivalence cache remembers results per object: with
-    kpe's copies, whole-node requests are answered from it as node names are, and the copies
-    need no checking. A node the cache has at another version (or not at all) is checked and
-    evaluated as the scheduler sent it."""
+def cached_copies(state: ServerState) -> Callable[[list[Any]], list[dict[str, Any] | None]] | None:
+    """For whole nodes from kube-scheduler: kpe's cached object of each node at the same
+    resourceVersion (the same state of the node, so the same answers), None where there is
+    none. The request's objects are new on every request, and the equivalence cache remembers
+    results per object: with kpe's copies, whole-node requests are answered from it as node
+    names are, and the copies need no checking. A node the cache has at another version (or
+    not at all) is checked and evaluated as the scheduler sent it. Looked up in C, a list at
+    a time: a request holds hundreds of nodes."""
     cache = state.cache
     if cache is None or not cache.synced.is_set():
         return None
 
-    def copy(node: dict[str, Any]) -> dict[str, Any] | None:
-        meta = node["metadata"]
-        cached = cache.node(meta["name"])
-        version = meta.get("resourceVersion")
-        return cached if cached is not None and version and cached["metadata"].get("resourceVersion") == version else None
+    def copies(nodes: list[Any]) -> list[dict[str, Any] | None]:
+        try:
+            metas = list(map(_METADATA, nodes))
+            versions = list(map(_RESOURCE_VERSION, metas))
+            cached = cache.nodes_named(list(map(_NAME, metas)))
+        except (KeyError, TypeError, AttributeError):
+            return [None] * len(nodes)  # not node objects: the checks say what is wrong
+        return [c if c is not None and v and c["metadata"].get("resourceVersion") == v else None for c, v in zip(cached, versions)]
 
-    return copy
+    return copies
+
+
+_METADATA, _NAME = itemgetter("metadata"), itemgetter("name")
+_RESOURCE_VERSION = methodcaller("get", "resourceVersion")
 
 
 async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
-    args = decode_extender_args(body, "filter", known=cached_copy(state))
+    args = decode_extender_args(body, "filter", known=cached_copies(state))
     headers = {GENERATION_HEADER: policy_set.generation}
     failed: dict[str, str] = {}
     nodes: list[dict[str, Any]] | NodesByName
@@ -216,7 +225,7 @@ async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> An
         nodes = state.nodes_by_name(args.node_names or [])
     state.metrics.observe_nodes("filter", len(nodes))
     # Only cached nodes can be remembered (they are the same objects until the cache replaces
-    # them): whole nodes are, too, once cached_copy has swapped in kpe's copies.
+    # them): whole nodes are, too, once cached_copies has swapped in kpe's copies.
     memo = state.equivalence if args.nodes is None or state.cache is not None else None
     result = await evaluate(
         state,
@@ -262,11 +271,11 @@ async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> An
 
 async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
-    args = decode_extender_args(body, "prioritize", known=cached_copy(state))
+    args = decode_extender_args(body, "prioritize", known=cached_copies(state))
     headers = {GENERATION_HEADER: policy_set.generation}
     nodes: list[dict[str, Any]] | NodesByName
     if args.nodes is not None:
-        nodes, order = args.known_nodes or [], [n["metadata"]["name"] for n in args.nodes]
+        nodes, order = args.known_nodes or [], list(map(_NAME, map(_METADATA, args.nodes)))
     else:
         if state.cache is None:
             # Prioritize has no Error field: a 4xx is what the scheduler logs (and ignores, as it does every prioritize error).

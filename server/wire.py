@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -221,9 +221,10 @@ class ExtenderArgs:
     known_nodes: list[dict[str, Any]] | None = None
 
 
-def decode_extender_args(body: Any, verb: str, *, known: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None) -> ExtenderArgs:
-    """``known(node)``, when given, returns kpe's own copy of a node it has at the same version
-    (None otherwise): such a node is not checked, since its copy is what gets evaluated."""
+def decode_extender_args(body: Any, verb: str, *, known: Callable[[list[Any]], list[dict[str, Any] | None]] | None = None) -> ExtenderArgs:
+    """``known(nodes)``, when given, returns for each node kpe's own copy of it at the same
+    version (None where it has none): such a node is not checked, since its copy is what
+    gets evaluated."""
     body = _body(body, verb)
     pod = _pod(body)
     raw_nodes = field_ci(body, "Nodes")
@@ -238,12 +239,13 @@ def decode_extender_args(body: Any, verb: str, *, known: Callable[[dict[str, Any
             items = []
         if not isinstance(items, list):
             raise WireError(f"Nodes.items must be an array, not {_kind(items)}")
-        swapped = []
-        for i, node in enumerate(items):
+        copies = known(items) if known is not None else [None] * len(items)
+        swapped: list[dict[str, Any]] = [] if None in copies else cast(list[dict[str, Any]], copies)
+        for i, node in enumerate(items if not swapped else ()):
             node_meta = node.get("metadata") if isinstance(node, dict) else None
             if not isinstance(node_meta, dict) or not isinstance(node_meta.get("name"), str):
                 raise WireError(f"Nodes.items[{i}] must be a node object with metadata.name")
-            copy = known(node) if known is not None else None
+            copy = copies[i]
             if copy is None and not _plain_node(node):
                 check_node(node, f"Nodes.items[{i}] ({node_meta['name']})")
             swapped.append(copy if copy is not None else node)
