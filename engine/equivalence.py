@@ -32,7 +32,7 @@ import orjson
 
 from . import cel
 from .cel import ast
-from .nodeinfo import NodeState, node_name, node_names
+from .nodeinfo import NodesByName, NodeState, node_name, node_names
 from .policy import Expression
 
 if TYPE_CHECKING:
@@ -255,6 +255,23 @@ class ClassMemo:
                 del node_of[name], info_of[name], result_of[name]
         return Lookup(names, infos, results, hits, changed, previous)
 
+
+    def lookup_nodes(
+        self,
+        nodes: Sequence[Any] | NodesByName,
+        node_info: Mapping[str, Any] | None,
+        missing: Any,
+        compute: Callable[[Any, Any, str], Any],
+        *,
+        names: list[str] | None = None,
+        max_misses: int | None = None,
+    ) -> Lookup:
+        """``lookup_names`` for nodes given by name (with the TrackedNodeInfo that logs their
+        changes), ``lookup`` for nodes given as objects."""
+        if isinstance(nodes, NodesByName):
+            assert isinstance(node_info, TrackedNodeInfo)
+            return self.lookup_names(nodes.names, nodes.states, node_info, compute, max_misses=max_misses)
+        return self.lookup(nodes, node_info, missing, compute, names=names, max_misses=max_misses)
 
     def lookup_names(
         self,

@@ -390,12 +390,8 @@ def _memoized(
             shared = memo.shared[remembered] = remembered
         return shared
 
-    if isinstance(nodes, NodesByName):
-        assert isinstance(node_info, TrackedNodeInfo)
-        found = memo.lookup_names(nodes.names, nodes.states, node_info, remember, max_misses=max_misses)
-        result.unknown = found.unknown
-    else:
-        found = memo.lookup(nodes, node_info, NO_NODE_INFO, remember, names=names, max_misses=max_misses)
+    found = memo.lookup_nodes(nodes, node_info, NO_NODE_INFO, remember, names=names, max_misses=max_misses)
+    result.unknown = found.unknown
     names, results, previous = found.names, found.results, found.previous
     result.memo_hits += found.hits
     result.memo_misses += len(names) - found.hits

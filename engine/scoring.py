@@ -151,12 +151,8 @@ def score_nodes(
 
     if table is not None:
         try:
-            if isinstance(nodes, NodesByName):
-                assert isinstance(node_info, TrackedNodeInfo)
-                found = table.lookup_names(nodes.names, nodes.states, node_info, scored, max_misses=max_misses)
-                result.unknown = found.unknown
-            else:
-                found = table.lookup(nodes, node_info, NO_NODE_INFO, scored, names=names, max_misses=max_misses)
+            found = table.lookup_nodes(nodes, node_info, NO_NODE_INFO, scored, names=names, max_misses=max_misses)
+            result.unknown = found.unknown
         except Overdue:
             # Past the deadline a rule counts as failed to evaluate: 0, or left out of the mean.
             result.scores = dict.fromkeys(nodes.names if isinstance(nodes, NodesByName) else node_names(nodes), 0)
