@@ -2,7 +2,7 @@
 socket delivers, the error mapping of ``KubeClient.watch``, credentials reloaded on
 401/403, the read timeout, cancellation and flow control.
 
-Framing is checked by feeding ``_WatchStream`` directly (every split of the bytes is
+Framing is checked by feeding ``WatchStream`` directly (every split of the bytes is
 then possible); the rest against a scripted HTTP server on loopback that writes exactly
 the bytes a test gives it, so answers the fake API server never sends can be tried."""
 
@@ -21,7 +21,9 @@ import pytest
 import trustme
 
 from server import kube
-from server.kube import ApiError, Expired, KubeClient, WatchError, _WatchStream
+from server import watchstream
+from server.kube import ApiError, Expired, KubeClient, WatchError
+from server.watchstream import WatchStream
 
 
 def run(test: Callable[[], Awaitable[None]], timeout: float = 10.0) -> None:
@@ -84,8 +86,8 @@ class FakeTransport(asyncio.Transport):
         return self.aborted
 
 
-def fed(pieces: list[bytes], read_timeout: float = 60.0) -> tuple[_WatchStream, FakeTransport]:
-    stream = _WatchStream(asyncio.get_running_loop(), read_timeout)
+def fed(pieces: list[bytes], read_timeout: float = 60.0) -> tuple[WatchStream, FakeTransport]:
+    stream = WatchStream(asyncio.get_running_loop(), read_timeout)
     transport = FakeTransport()
     stream.connection_made(transport)
     for piece in pieces:
@@ -93,7 +95,7 @@ def fed(pieces: list[bytes], read_timeout: float = 60.0) -> tuple[_WatchStream, 
     return stream, transport
 
 
-def body_of(stream: _WatchStream) -> bytes:
+def body_of(stream: WatchStream) -> bytes:
     return b"".join(stream.take() for _ in range(len(stream.chunks)))
 
 
@@ -177,17 +179,17 @@ def test_reading_pauses_while_a_backlog_builds_up_and_resumes_once_it_is_drained
         while not transport.paused:
             stream.data_received(frame * 8)
             sent += 8
-            assert sent * len(piece) < 2 * kube.WATCH_HIGH_WATER, "never paused"
+            assert sent * len(piece) < 2 * watchstream.WATCH_HIGH_WATER, "never paused"
         assert transport.pauses == 1
         queued = sum(map(len, stream.chunks))
-        assert queued > kube.WATCH_HIGH_WATER
-        while queued > kube.WATCH_LOW_WATER + len(piece):
+        assert queued > watchstream.WATCH_HIGH_WATER
+        while queued > watchstream.WATCH_LOW_WATER + len(piece):
             queued -= len(stream.take())
             assert transport.paused
         stream.take()
         assert not transport.paused and transport.pauses == 1
         # An error answer is read whole before anyone looks at it: never paused, or it would never end.
-        big = b"y" * (2 * kube.WATCH_HIGH_WATER)
+        big = b"y" * (2 * watchstream.WATCH_HIGH_WATER)
         stream, transport = fed([b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: %d\r\n\r\n" % len(big), big])
         assert stream.finished and transport.pauses == 0
 
@@ -486,20 +488,20 @@ def test_tls_verifies_the_server_by_the_kubeconfig_ca_and_server_name_and_presen
 
 
 def test_a_burst_larger_than_the_backlog_arrives_whole_through_pauses_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kube, "WATCH_HIGH_WATER", 32 * 1024)
-    monkeypatch.setattr(kube, "WATCH_LOW_WATER", 8 * 1024)
+    monkeypatch.setattr(watchstream, "WATCH_HIGH_WATER", 32 * 1024)
+    monkeypatch.setattr(watchstream, "WATCH_LOW_WATER", 8 * 1024)
     burst = [event("MODIFIED", f"pod-{i}", 1000 + i, pad=900) for i in range(1500)]
     data = HEAD_200 + chunked(burst)
     pauses = 0
-    pause = kube._WatchStream._body
+    pause = kube.WatchStream._body
 
-    def counted(self: _WatchStream, piece: bytes) -> None:
+    def counted(self: WatchStream, piece: bytes) -> None:
         nonlocal pauses
         paused = self._paused
         pause(self, piece)
         pauses += self._paused and not paused
 
-    monkeypatch.setattr(kube._WatchStream, "_body", counted)
+    monkeypatch.setattr(kube.WatchStream, "_body", counted)
 
     async def check() -> None:
         server = ScriptedServer([answer(data)])
