@@ -17,9 +17,13 @@ on a watch. Between rounds the pods are deleted with gracePeriodSeconds 0.
 Setups alternate within each pair (none, floor, kpe, none, floor, kpe, ...):
 
 - none: kube-scheduler without extenders;
-- floor: a do-nothing extender on the same stack as kpe (Starlette, uvicorn,
-  orjson): filter passes every node (echoing NodeNames or Nodes), prioritize
-  scores every node 0; the extender entry is kpe's without preemptVerb;
+- floor: a do-nothing extender on Starlette, uvicorn and orjson, with uvicorn's
+  default h11 parser (the floor issue 13 was measured against): filter passes
+  every node (echoing NodeNames or Nodes), prioritize scores every node 0; the
+  extender entry is kpe's without preemptVerb;
+- floor-httptools: the same do-nothing extender on uvicorn's httptools parser,
+  the one kpe serves with (a stricter floor: what any extender on this stack
+  could reach by parsing HTTP in C);
 - kpe: ``kpe serve`` on ``policies/`` (plain HTTP, ``--cluster on``, a fresh
   process per round), its entry from ``kpe scheduler-config``.
 
@@ -48,6 +52,8 @@ import realcluster as rc  # noqa: E402
 from server_bench import FLOOR_APP  # noqa: E402 - the same do-nothing extender: Starlette, uvicorn, orjson
 
 NAMESPACE = "batch"  # bin-packing scores pods here
+# The do-nothing extenders, by the HTTP parser uvicorn runs them with.
+FLOORS = {"floor": "h11", "floor-httptools": "httptools"}
 
 
 
@@ -169,7 +175,7 @@ def main() -> int:
     rc.skip_without_binaries()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     setups = [s.strip() for s in args.setups.split(",") if s.strip()]
-    assert set(modes) <= {"names", "nodes"} and set(setups) <= {"none", "floor", "kpe"}, "unknown mode or setup"
+    assert set(modes) <= {"names", "nodes"} and set(setups) <= {"none", *FLOORS, "kpe"}, "unknown mode or setup"
 
     started = time.monotonic()
     results: dict[tuple[str, str], list[float]] = {}
@@ -181,11 +187,14 @@ def main() -> int:
         plane.api.namespace(NAMESPACE)
         _, t_nodes = rc.create_nodes(plane, args.nodes)
         print(f"control plane up; {args.nodes} nodes created in {t_nodes:.1f} s", flush=True)
-        floor_port = rc.free_port()
         (workdir / "floor_app.py").write_text(FLOOR_APP)
-        floor = rc.start("floor", [sys.executable, "-m", "uvicorn", "floor_app:app", "--host", "127.0.0.1", "--port", str(floor_port),
-                                   "--log-level", "warning", "--no-access-log", "--app-dir", str(workdir)], workdir)
-        rc.wait_until(lambda: _ok(f"http://127.0.0.1:{floor_port}/healthz"), 30, "the floor extender")
+        floors: dict[str, tuple[rc.Process, int]] = {}
+        for setup in setups:
+            if setup in FLOORS:
+                port = rc.free_port()
+                floors[setup] = rc.start(setup, [sys.executable, "-m", "uvicorn", "floor_app:app", "--host", "127.0.0.1", "--port", str(port),
+                                                 "--http", FLOORS[setup], "--log-level", "warning", "--no-access-log", "--app-dir", str(workdir)], workdir), port
+                rc.wait_until(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), 30, f"the {setup} extender")
         round_ = 0
         try:
             for mode in modes:
@@ -197,15 +206,15 @@ def main() -> int:
                     kpe = None
                     if setup == "none":
                         config = rc.scheduler_config(plane, None)
-                    elif setup == "floor":
-                        config = rc.scheduler_config(plane, f"http://127.0.0.1:{floor_port}/scheduler", node_cache_capable=names, drop_preempt=True)
+                    elif setup in FLOORS:
+                        config = rc.scheduler_config(plane, f"http://127.0.0.1:{floors[setup][1]}/scheduler", node_cache_capable=names, drop_preempt=True)
                     else:
                         kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}")
                         config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names)
                     if args.scheduler_qps > 0:
                         config["clientConnection"].update(qps=args.scheduler_qps, burst=int(args.scheduler_qps))
                     cpu: dict[str, float] = {}
-                    extender_pid = kpe.process.popen.pid if kpe is not None else floor.popen.pid if setup == "floor" else None
+                    extender_pid = kpe.process.popen.pid if kpe is not None else floors[setup][0].popen.pid if setup in floors else None
                     try:
                         rate, created = one_round(plane, workdir, config, pods, round_, args.round_timeout, cpu, extender_pid)
                         if kpe is not None:
@@ -218,7 +227,8 @@ def main() -> int:
                     deleted = rc.delete_pods(plane, NAMESPACE)
                     print(f"  {mode:5} pair {pair + 1} {setup:5}: {rate:7.1f} pods/s   (created in {created:.1f} s, deleted in {deleted:.1f} s)", flush=True)
         finally:
-            floor.stop()
+            for process, _ in floors.values():
+                process.stop()
 
     print()
     print(f"real kube-scheduler and kube-apiserver (1.32), {args.nodes} nodes, "
@@ -232,9 +242,9 @@ def main() -> int:
         for setup in setups:
             rates = results[(mode, setup)]
             print(f"| {mode} | {setup} | " + " | ".join(f"{r:.1f}" for r in rates) + f" | {statistics.median(rates):.1f} |")
-        if "kpe" in setups and "floor" in setups:
-            ratios = [k / f for k, f in zip(results[(mode, "kpe")], results[(mode, "floor")], strict=True)]
-            print(f"| {mode} | kpe/floor | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")
+        for floor in (f for f in FLOORS if f in setups and "kpe" in setups):
+            ratios = [k / f for k, f in zip(results[(mode, "kpe")], results[(mode, floor)], strict=True)]
+            print(f"| {mode} | kpe/{floor} | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")
         if "kpe" in setups and "none" in setups:
             ratios = [k / n for k, n in zip(results[(mode, "kpe")], results[(mode, "none")], strict=True)]
             print(f"| {mode} | kpe/none | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")

@@ -94,11 +94,12 @@ def process(args: list[str], ready_url: str, env: dict[str, str] | None = None) 
 
 @contextmanager
 def floor_server() -> Iterator[str]:
-    """The do-nothing extender: parse the body with orjson, answer that every node passes."""
+    """The do-nothing extender: parse the body with orjson, answer that every node passes (uvicorn on h11, the
+    floor issue 13 was measured against; kpe itself parses with httptools)."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "floor_app.py").write_text(FLOOR_APP)
-        args = [sys.executable, "-m", "uvicorn", "floor_app:app", "--port", str(port), "--log-level", "warning", "--no-access-log", "--app-dir", tmp]
+        args = [sys.executable, "-m", "uvicorn", "floor_app:app", "--port", str(port), "--http", "h11", "--log-level", "warning", "--no-access-log", "--app-dir", tmp]
         with _floor(args, port):
             yield f"http://127.0.0.1:{port}"
 

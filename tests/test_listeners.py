@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 import trustme
 
@@ -161,6 +162,25 @@ def test_a_connection_that_never_finishes_its_headers_is_closed() -> None:
         time.sleep(0.6)  # idle well past the header limit: idle time is keep-alive's business
         ok.sendall(request())
         assert b"200 OK" in answer(ok)
+
+
+def test_headers_that_grow_past_the_limit_get_a_json_431_and_the_connection_is_closed() -> None:
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0)
+    with running(create_app(settings), settings) as urls:
+        endless = raw(urls["scheduler"])
+        endless.sendall(b"POST /scheduler/filter HTTP/1.1\r\nHost: kpe\r\nX-Padding: " + b"a" * 17_000)  # never ended
+        refused = answer(endless)
+        assert refused.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+        assert refused.endswith(b'{"Error":"request headers over 16384 bytes"}')
+        # Headers just under the limit, followed by a body larger than it, are served.
+        body = orjson.dumps({**FILTER, "Padding": "b" * 40_000})
+        fits = raw(urls["scheduler"])
+        fits.sendall(
+            b"POST /scheduler/filter HTTP/1.1\r\nHost: kpe\r\nContent-Type: application/json\r\nX-Padding: " + b"a" * 15_000
+            + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        served = answer(fits)
+        assert served.startswith(b"HTTP/1.1 200 OK\r\n") and b'"NodeNames":null' in served
 
 
 def test_a_body_that_does_not_arrive_in_time_gets_a_json_408() -> None:
