@@ -51,23 +51,27 @@ class TrackedNodeInfo(dict[str, Any]):
     def __init__(self, *, history: int = 4096) -> None:
         super().__init__()
         self.version = 0
-        self._log: deque[tuple[int, str]] = deque(maxlen=history)
+        self._log: deque[tuple[int, str, bool]] = deque(maxlen=history)
 
-    def replaced(self, name: str) -> None:
+    def replaced(self, name: str, *, node: bool = True) -> None:
+        """``name``'s entry was replaced or removed; ``node=False`` when its node object is the
+        same as before (only its pods changed: the bind of a pod, what happens most)."""
         self.version += 1
-        self._log.append((self.version, name))
+        self._log.append((self.version, name, node))
 
-    def changed_since(self, version: int) -> set[str] | None:
-        """Names whose entry changed after ``version``; None when that is too long ago to tell."""
+    def changed_since(self, version: int, *, nodes_only: bool = False) -> set[str] | None:
+        """Names whose entry changed after ``version`` (``nodes_only``: whose node object did);
+        None when that is too long ago to tell."""
         if version == self.version:
             return set()
         if not self._log or self._log[0][0] > version + 1:
             return None
         names: set[str] = set()
-        for v, name in reversed(self._log):  # newest first: stop at the first entry already seen
+        for v, name, node in reversed(self._log):  # newest first: stop at the first entry already seen
             if v <= version:
                 break
-            names.add(name)
+            if node or not nodes_only:
+                names.add(name)
         return names
 
 
@@ -136,9 +140,9 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "unencoded")
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "unencoded", "info_blind")
 
-    def __init__(self) -> None:
+    def __init__(self, *, info_blind: bool = False) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
         # result. Three dicts rather than one of tuples, so a whole window is checked in C.
         self.node_of: dict[str, Any] = {}
@@ -157,6 +161,9 @@ class ClassMemo:
         self.eventful = False
         self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each
         self.unencoded = False  # whether a score was remembered without its encoded entry
+        # No rule of the class reads nodeInfo: a node's result outlives changes of its pods, so
+        # the bind of a pod (one node's nodeInfo replaced) costs the class no evaluation.
+        self.info_blind = info_blind
 
     def lookup(
         self,
@@ -289,7 +296,7 @@ class ClassMemo:
         costs one lookup per name, in C, and the nodes are resolved only where a result is
         computed. Names ``states`` does not know are left out and listed in ``unknown``."""
         version = changes.version
-        gone = changes.changed_since(self.synced) if self.synced is not None else None
+        gone = changes.changed_since(self.synced, nodes_only=self.info_blind) if self.synced is not None else None
         by_name = self.by_name
         if gone is None:
             by_name.clear()  # too long ago to tell what changed
@@ -383,7 +390,8 @@ class EquivalenceCache:
         key = (verb, names, fingerprint)
         table = self._tables.get(key)
         if table is None:
-            table = self._tables[key] = ClassMemo()
+            blind = not any(self.reads(s.policy).reads_node_info(verb) for s in scopes)
+            table = self._tables[key] = ClassMemo(info_blind=blind)
             while len(self._tables) > 2 * self.classes:  # a filter and a score table per class
                 self._tables.popitem(last=False)
         else:
@@ -431,6 +439,11 @@ class PolicyReads:
                 expressions.append(rule.message_expression)
         expressions += [rule.expression for rule in policy.scores]
         self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root))
+        filters = [e for rule in policy.filters for e in (rule.expression, rule.message_expression) if e is not None]
+        self._node_info = {
+            "filter": any(_reads_node_info(policy, e) for e in filters),
+            "score": any(_reads_node_info(policy, rule.expression) for rule in policy.scores),
+        }
         self._timed: dict[str, bool] = {}
         self._guards: dict[str, Expression | None] = {}
         match = policy.match.expression
@@ -438,6 +451,11 @@ class PolicyReads:
         self.match_paths: tuple[Path, ...] | None = None
         if match is not None and not self.timed(match):
             self.match_paths = tuple(sorted(self.pod_paths | frozenset(pod_paths(match.root))))
+
+    def reads_node_info(self, verb: str) -> bool:
+        """Whether the policy's rules for ``verb`` (filter or score) read ``nodeInfo``,
+        directly or through a variable (any other verb: assumed so)."""
+        return self._node_info.get(verb, True)
 
     def timed(self, *expressions: Expression | None) -> bool:
         """Whether any of the expressions reads ``now``, directly or through a policy variable."""
@@ -484,6 +502,11 @@ class PolicyReads:
         if "now" in free:
             return True
         return "variables" in free and any(self._reads_now(self.policy.variable(v).expression) for v in _variables_read(node))
+
+
+def _reads_node_info(policy: Policy, expr: Expression) -> bool:
+    # Node-scoped variables are inlined into ``root``; the variables' own flags are a second word.
+    return "nodeInfo" in ast.free_variables(expr.root) or any(policy.variable(v).reads_node_info for v in expr.variables)
 
 
 def _variables_read(node: ast.Node) -> set[str]:

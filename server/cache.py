@@ -235,13 +235,13 @@ class ClusterCache:
             self._stale.difference_update(stale)
             for name in stale:
                 node = self._nodes.get(name)
-                self._states.pop(name, None)
+                old = self._states.pop(name, None)
                 if node is not None:
                     acc = self._acc.get(name)
                     view = acc.view() if acc is not None else {"pods": [], "podCount": 0, "requested": {}}
                     self._views[name] = view
                     self._states[name] = NodeState(name, node, view)
-                    self._views.replaced(name)
+                    self._views.replaced(name, node=old is None or old.node is not node)
                 elif self._views.pop(name, None) is not None:
                     self._views.replaced(name)  # the node was deleted
         return self._views

@@ -250,9 +250,10 @@ class CachedNodes:
 
     def put(self, node: dict[str, Any], view: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
+        old = self.states.get(name)
         self.info[name] = view
         self.states[name] = NodeState(name, node, view)
-        self.info.replaced(name)
+        self.info.replaced(name, node=old is None or old.node is not node)
 
     def delete(self, name: str) -> None:
         del self.states[name], self.info[name]
@@ -272,8 +273,8 @@ def test_nodes_given_by_name_are_answered_as_a_full_evaluation_of_the_cached_nod
     pods = cluster.pods_on(nodes)
     cached = CachedNodes(nodes, pods)
     names = [n["metadata"]["name"] for n in nodes]
-    memo = EquivalenceCache(classes=4)
-    templates = [cluster.scheduling_pod(gpus=1), cluster.scheduling_pod(gpus=4)]
+    memo = EquivalenceCache(classes=12)  # three templates, odd and even replicas, mornings or not
+    templates = [cluster.scheduling_pod(gpus=1), cluster.scheduling_pod(gpus=4), general_pod()]
     templates[1]["metadata"]["labels"]["team"] = "search"
     streams = [replicas(t) for t in templates]
     hour = 1.0
@@ -323,8 +324,51 @@ def test_nodes_given_by_name_are_answered_as_a_full_evaluation_of_the_cached_nod
         if scored.encoded is not None and not scored.unknown:
             assert orjson.loads(host_priority_json(scored.encoded)) == [{"Host": n, "Score": plain.scores[n]} for n in names]
             encoded_answers += 1
-    assert reused > asked * 0.6, "most answers should come from the cache in this walk"
+    assert reused > asked * 0.5, "most answers should come from the cache in this walk (its log of 8 overflows often)"
     assert encoded_answers > 20 and unknown_seen > 20
+
+
+def general_pod() -> dict[str, Any]:
+    """A pod without GPUs in namespace batch: no filter it meets reads nodeInfo, bin-packing's score does."""
+    pod = cluster.scheduling_pod(gpus=1)
+    pod["metadata"]["namespace"] = "batch"
+    for c in pod["spec"]["containers"]:
+        for section in c["resources"].values():
+            section.pop("nvidia.com/gpu", None)
+    return pod
+
+
+def test_a_pod_bound_to_a_node_costs_an_evaluation_only_to_classes_whose_rules_read_node_info() -> None:
+    nodes = cluster.nodes(40)
+    pods = cluster.pods_on(nodes)
+    cached = CachedNodes(nodes, pods, history=64)
+    names = [n["metadata"]["name"] for n in nodes]
+    policies = load([ROOT / "policies"])
+    memo = EquivalenceCache()
+    gpu, general = cluster.scheduling_pod(gpus=1), general_pod()
+
+    def misses() -> dict[str, int]:
+        asked = {
+            "gpu filter": filter_nodes(policies, gpu, cached.by_name(names), node_info=cached.info, memo=memo),
+            "general filter": filter_nodes(policies, general, cached.by_name(names), node_info=cached.info, memo=memo),
+            "general score": score_nodes(policies, general, cached.by_name(names), node_info=cached.info, memo=memo),
+        }
+        return {verb: result.memo_misses for verb, result in asked.items()}
+
+    assert misses() == {"gpu filter": 40, "general filter": 40, "general score": 40}
+    assert misses() == {"gpu filter": 0, "general filter": 0, "general score": 0}
+    # A pod bound to one node: its nodeInfo is replaced, the node object is the same.
+    state = cached.states[names[3]]
+    bound = {"metadata": {"name": "bound", "uid": "bound"}, "spec": {"nodeName": state.name, "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}
+    cached.put(state.node, node_info_map([state.node], pods + [bound])[state.name])
+    assert misses() == {"gpu filter": 1, "general filter": 0, "general score": 1}
+    # The node itself changed: every class evaluates it again.
+    node = copy.deepcopy(cached.states[names[5]].node)
+    node["metadata"]["labels"]["kpe.dev/maintenance"] = "draining"
+    cached.put(node, cached.states[names[5]].info)
+    assert misses() == {"gpu filter": 1, "general filter": 1, "general score": 1}
+    general_filter = filter_nodes(policies, general, cached.by_name(names), node_info=cached.info, memo=memo)
+    assert names[5] in general_filter.unresolvable and general_filter.memo_misses == 0
 
 
 def test_a_result_computed_from_a_state_replaced_meanwhile_is_computed_again_at_the_next_request() -> None:
