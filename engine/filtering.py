@@ -268,6 +268,9 @@ class Remembered:
 
 
 TIMED = 3
+# bytes.translate tables: a flag byte -> 1 where it is the one named, else 0.
+_IS_PASS, _IS_FAIL, _IS_UNRESOLVABLE, _IS_TIMED = (bytes(int(i == flag) for i in range(256)) for flag in (PASS, FAIL, UNRESOLVABLE, TIMED))
+_ONE = b"\x01"
 SHARED_RESULTS = 4096  # distinct results without events kept as one object each, per class
 _FLAG, _REASON, _REPLAY = attrgetter("flag"), attrgetter("reason"), attrgetter("replay")
 
@@ -277,7 +280,7 @@ class FilterView:
     """A class's filter answer derived from its remembered results, patched as nodes
     change; nodes whose verdict needs rules that read ``now`` are left out."""
 
-    passing: list[bool]
+    passing: bytearray  # one byte per position: 1 passes
     failed: dict[str, str]
     unresolvable: dict[str, str]
     timed: set[int]  # positions whose rules that read now must run
@@ -286,25 +289,29 @@ class FilterView:
 
     @classmethod
     def build(cls, names: list[str], results: list[Remembered], *, eventful: bool = True) -> FilterView:
-        """The view of a whole list, assembled in C (map, compress, zip) from each result's
-        ``flag`` and ``replay``: kube-scheduler sends each pod another window of names, so
-        this runs on most requests. ``eventful=False``: no result has events to replay."""
-        flags = list(map(_FLAG, results))
-        # map(eq, ..., repeat(k)) rather than k.__eq__: a builtin called per item costs half a method wrapper.
-        passing = list(map(eq, flags, repeat(PASS)))
+        """The view of a whole list, assembled in C from each result's ``flag`` and ``replay``:
+        kube-scheduler sends each pod another window of names, so this runs on most requests.
+        The flags are one byte per node, so every later pass over them (is any node rejected,
+        which pass, which fail) is a scan of a few hundred bytes rather than of a list of
+        objects. ``eventful=False``: no result has events to replay."""
+        flags = bytes(map(_FLAG, results))
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         timed: set[int] = set()
-        if passing.count(False):
+        if flags.count(PASS) == len(flags):
+            passing = bytearray(_ONE) * len(flags)
+        else:
+            passing = bytearray(flags.translate(_IS_PASS))
             if UNRESOLVABLE not in flags and TIMED not in flags:
                 # Every flag but PASS (0) is FAIL: the flags themselves select the failed.
                 failed = dict(zip(compress(names, flags), map(_REASON, compress(results, flags))))
             else:
-                failing = list(map(eq, flags, repeat(FAIL)))
+                failing = flags.translate(_IS_FAIL)
                 failed = dict(zip(compress(names, failing), map(_REASON, compress(results, failing))))
-                unresolved = list(map(eq, flags, repeat(UNRESOLVABLE)))
+                unresolved = flags.translate(_IS_UNRESOLVABLE)
                 unresolvable = dict(zip(compress(names, unresolved), map(_REASON, compress(results, unresolved))))
-                timed = set(compress(range(len(flags)), map(eq, flags, repeat(TIMED))))
+                if TIMED in flags:
+                    timed = set(compress(range(len(flags)), flags.translate(_IS_TIMED)))
         return cls(
             passing=passing,
             failed=failed,
@@ -323,7 +330,7 @@ class FilterView:
             old = previous.results[i]
             if not old.timed and old.verdict != PASS:
                 _count_rejection(view.rejections, old.reason, -1)
-            view.passing[i] = False
+            view.passing[i] = 0
             view.failed.pop(name, None)
             view.unresolvable.pop(name, None)
             view.timed.discard(i)
@@ -336,7 +343,7 @@ class FilterView:
             self.timed.add(i)
             return
         if r.verdict == PASS:
-            self.passing[i] = True
+            self.passing[i] = 1
         else:
             (self.failed if r.verdict == FAIL else self.unresolvable)[name] = r.reason
             _count_rejection(self.rejections, r.reason)
@@ -419,7 +426,7 @@ def _memoized(
                     bound[k] = (k, scope, rule, *scope.caller(rule.expression))
             position, unresolvable_, reason = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, found.node(i, nodes), found.info(i), name)
             if position == NEVER:
-                passing[i] = True
+                passing[i] = 1
             else:
                 (result.unresolvable if unresolvable_ else result.failed)[name] = reason
                 _count_rejection(result.rejections, reason)
