@@ -58,7 +58,7 @@ class NodeScore:
 @dataclass
 class ScoreResult:
     generation: str
-    scores: dict[str, int] = field(default_factory=dict)
+    _scores: dict[str, int] | None = field(default=None, repr=False)
     errors: list[RuleEvent] = field(default_factory=list)
     evaluations: int = 0
     rule_counts: list[tuple[str, str, int]] = field(default_factory=list)  # (policy, rule, evaluations)
@@ -69,6 +69,21 @@ class ScoreResult:
     overdue: int = 0  # nodes scored 0 unevaluated: the request's deadline had passed
     encoded: list[bytes] | None = None  # with ``encode``: each node's encoded entry, in the nodes' order
     unknown: list[str] = field(default_factory=list)  # names of nodes given by name that are not known (left out)
+    # Remembered results the scores come from, in the names' order: the dict is built only when
+    # someone reads ``scores`` (the server answers from ``encoded`` and needs none).
+    _pending: tuple[list[str], list[Any]] | None = field(default=None, repr=False)
+
+    @property
+    def scores(self) -> dict[str, int]:
+        """Node name -> the node's score (0..10)."""
+        if self._scores is None:
+            pending, self._pending = self._pending, None
+            self._scores = dict(zip(pending[0], map(_SCORE, pending[1]))) if pending is not None else {}
+        return self._scores
+
+    @scores.setter
+    def scores(self, value: dict[str, int]) -> None:
+        self._scores, self._pending = value, None
 
 
 def to_rule_score(value: Any) -> float:
@@ -162,14 +177,14 @@ def score_nodes(
         result.memo_hits, result.memo_misses = found.hits, len(found.names) - found.hits
         previous = found.previous
         if found.changed == [] and previous is not None and previous.derived is not None:
-            scores, eventful = previous.derived  # nothing changed: the same answer
+            eventful = previous.derived  # nothing changed: the same answer
         else:
-            # In C (zip, map, compress): another window of names comes with nearly every pod.
-            scores = dict(zip(found.names, map(_SCORE, found.results)))
             eventful = list(compress(range(len(found.results)), map(_ERRORS, found.results))) if table.eventful else []
         assert table.snapshot is not None
-        table.snapshot.derived = (scores, eventful)
-        result.scores = scores  # shared with the snapshot (and the next identical answer): read-only
+        table.snapshot.derived = eventful
+        # Another window of names comes with nearly every pod: the scores by name are built
+        # only if asked for (in C then: zip, map), the answer is joined from the entries.
+        result._pending = (found.names, found.results)
         if encode is not None:
             # Not when some result was remembered without its entry (a caller without ``encode``).
             result.encoded = None if table.unencoded else list(map(_ENCODED, found.results))

@@ -300,11 +300,15 @@ async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -
     state.count_overdue("prioritize", result.overdue)
     state.count_equivalence("prioritize", result.memo_hits, result.memo_misses)
     state.metrics.count_rules("score", result.rule_counts, result.errors, [])
-    state.record("prioritize", args.pod, policy_set.generation, scores=result.scores, policies=result.matched)
     if result.encoded is not None and not result.unknown:
-        # Every node known, in the request's order: the remembered entries are the answer.
-        return Answer(None, headers=headers, encoded=host_priority_json(result.encoded))
-    return Answer(host_priority_list(result.scores, order), headers=headers)
+        # Every node known, in the request's order: the remembered entries are the answer (and
+        # what the decision log keeps, as sent: no dict of scores is built for it).
+        encoded = host_priority_json(result.encoded)
+        state.record("prioritize", args.pod, policy_set.generation, scores=orjson.Fragment(encoded), policies=result.matched)
+        return Answer(None, headers=headers, encoded=encoded)
+    answer = host_priority_list(result.scores, order)
+    state.record("prioritize", args.pod, policy_set.generation, scores=answer, policies=result.matched)
+    return Answer(answer, headers=headers)
 
 
 async def handle_preempt(body: Any, deadline: Deadline, state: ServerState) -> Answer:

@@ -536,7 +536,7 @@ def test_over_http_a_node_or_pod_change_reaches_the_next_answer_and_hits_are_cou
     def pod(i: int) -> dict[str, Any]:
         return {"metadata": {"name": f"web-{i}", "namespace": "apps", "uid": f"uid-web-{i}"}, "spec": {"containers": [{"name": "c"}]}}
 
-    (tmp_path / "pools.yaml").write_text(POOL_POLICY)
+    (tmp_path / "pools.yaml").write_text(policy)
     with FakeApiServer(bookmark_interval=0.2) as api:
         api.state.add_node({"metadata": {"name": "node-a", "labels": {"pool": "ml"}}})
         api.state.add_node({"metadata": {"name": "node-b", "labels": {"pool": "web"}}})
@@ -627,6 +627,29 @@ def test_over_http_a_request_the_cache_answers_skips_the_worker_thread_and_a_col
         assert filter_and_count(3) == 1.0
 
 
+POOL_SCORE = POOL_POLICY + """  scores:
+  - name: ml-first
+    expression: "node.metadata.?labels[?'pool'].orValue('') == 'ml' ? 90 : 20"
+"""
+
+
+def test_over_http_prioritize_answers_from_remembered_entries_and_the_decision_log_keeps_the_answer_as_sent(tmp_path: Path) -> None:
+    import httpx
+
+    names = [f"node-{i}" for i in range(6)]
+    with kpe_on_pools(tmp_path, len(names), POOL_SCORE) as url:
+        answers = []
+        for i in range(3):  # cold, then from memory; the window reversed the third time
+            pod = {"metadata": {"name": f"web-{i}", "namespace": "apps", "uid": f"uid-web-{i}"}, "spec": {"containers": [{"name": "c"}]}}
+            window = names if i < 2 else names[::-1]
+            answers.append((window, httpx.post(url + "/scheduler/prioritize", json={"Pod": pod, "NodeNames": window}).json()))
+        for window, answer in answers:
+            assert answer == [{"Host": n, "Score": 9 if int(n.split("-")[1]) % 2 else 2} for n in window]
+        logged = httpx.get(url + "/apis/v1/decisions", params={"verb": "prioritize"}).json()["decisions"]
+        assert [d["scores"] for d in logged] == [a for _, a in reversed(answers)]
+        assert [d["pod"] for d in logged] == ["apps/web-2", "apps/web-1", "apps/web-0"]
+
+
 def test_whole_nodes_of_the_version_kpe_has_cached_are_answered_from_memory_and_others_as_sent(tmp_path: Path) -> None:
     import httpx
 
@@ -662,7 +685,7 @@ def test_whole_nodes_of_the_version_kpe_has_cached_are_answered_from_memory_and_
 
 
 @contextlib.contextmanager
-def kpe_on_pools(tmp_path: Path, count: int) -> Iterator[str]:
+def kpe_on_pools(tmp_path: Path, count: int, policy: str = POOL_POLICY) -> Iterator[str]:
     """kpe serving POOL_POLICY with cluster access, synced with a fake API server's ``count``
     nodes (node-0, node-1, ...; odd ones in the ml pool)."""
     import time
@@ -675,7 +698,7 @@ def kpe_on_pools(tmp_path: Path, count: int) -> Iterator[str]:
     from .fakeapi import FakeApiServer
     from .serving import serve
 
-    (tmp_path / "pools.yaml").write_text(POOL_POLICY)
+    (tmp_path / "pools.yaml").write_text(policy)
     with FakeApiServer(bookmark_interval=0.2) as api:
         for i in range(count):
             api.state.add_node({"metadata": {"name": f"node-{i}", "labels": {"pool": "ml" if i % 2 else "web"}}})
