@@ -436,7 +436,7 @@ class ClusterCache:
             inf.resource_version = resource_version
         inf.last_word = time.monotonic()
         if self._metrics is not None:
-            self._metrics.cache_lag.labels(inf.kind).set(0)
+            self._metrics.heard(inf.kind)
 
     # --- applying ------------------------------------------------------------
 

@@ -131,6 +131,10 @@ class Metrics:
         child.inc()
         self._child(self.watch_seconds, kind).inc(seconds)
 
+    def heard(self, kind: str) -> None:
+        """The cache heard from the API server about ``kind`` just now (every watch event)."""
+        self._child(self.cache_lag, kind).set(0)
+
     def observe_nodes(self, verb: str, nodes: int) -> None:
         self._child(self.nodes_per_request, verb).observe(nodes)
 

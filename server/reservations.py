@@ -307,7 +307,9 @@ class ReservationController:
         changed, reloaded = cache.subscribe(), self.state.store.subscribe()
         try:
             while not stop.is_set():
-                await first(stop, changed, reloaded, timeout=self.resync)
+                # Without reservations no change of the cache can give a slot a home: waking for
+                # each watch event (two per scheduled pod) only took the event loop from requests.
+                await first(*((stop, changed, reloaded) if self.state.store.current.reservations else (stop, reloaded)), timeout=self.resync)
                 changed.clear()
                 reloaded.clear()
                 if leading.is_set() or not cache.synced.is_set():
