@@ -180,12 +180,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._header_timer is None and self._header_bytes is not None and (self.cycle is None or self.cycle.response_complete):
             self._arm()  # the first bytes of the next request on a kept-alive connection
-        heads = self._heads
+        heads, in_head = self._heads, self._header_bytes is not None
         super().data_received(data)
-        # Counted after parsing, and only for chunks that completed no head: a head is never
-        # refused for the body bytes behind it, and httptools holds at most one chunk of an
-        # unfinished header.
-        if heads == self._heads and self._header_bytes is not None:
+        # Counted after parsing, and only for chunks that began in a head and completed none: a
+        # head is never refused for the body bytes beside it in a chunk (the one that ends a
+        # large body is often larger than the limit), and httptools holds at most one chunk of
+        # an unfinished header.
+        if in_head and heads == self._heads and self._header_bytes is not None:
             self._header_bytes += len(data)
             if self._header_bytes > self.max_header_bytes and not self.transport.is_closing():
                 self._disarm()
