@@ -536,7 +536,7 @@ def test_over_http_a_node_or_pod_change_reaches_the_next_answer_and_hits_are_cou
     def pod(i: int) -> dict[str, Any]:
         return {"metadata": {"name": f"web-{i}", "namespace": "apps", "uid": f"uid-web-{i}"}, "spec": {"containers": [{"name": "c"}]}}
 
-    (tmp_path / "pools.yaml").write_text(policy)
+    (tmp_path / "pools.yaml").write_text(POOL_POLICY)
     with FakeApiServer(bookmark_interval=0.2) as api:
         api.state.add_node({"metadata": {"name": "node-a", "labels": {"pool": "ml"}}})
         api.state.add_node({"metadata": {"name": "node-b", "labels": {"pool": "web"}}})
