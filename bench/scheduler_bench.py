@@ -171,16 +171,22 @@ def main() -> int:
     ap.add_argument("--scheduler-qps", type=float, default=5000,
                     help="kube-scheduler's clientConnection qps and burst (default 5000, as Kubernetes' scheduler_perf sets them; "
                          "kube-scheduler's own default, qps 50 and burst 100, caps every setup at about 55 pods/s per 1,000 pods)")
+    ap.add_argument("--also-source", action="append", default=[], metavar="DIR",
+                    help="also run the kpe of another source tree (e.g. `git archive COMMIT | tar -x -C DIR`) as a setup of its "
+                         "own, 'kpe (DIR's name)', alternating with the others: a before and after in the same run; repeatable")
     args = ap.parse_args()
     rc.skip_without_binaries()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     setups = [s.strip() for s in args.setups.split(",") if s.strip()]
     assert set(modes) <= {"names", "nodes"} and set(setups) <= {"none", *FLOORS, "kpe"}, "unknown mode or setup"
+    sources: dict[str, Path | None] = {"kpe": None} | {f"kpe ({Path(d).name})": Path(d).resolve() for d in args.also_source}
+    setups += list(sources)[1:]
+    kpes = [s for s in setups if s in sources]
 
     started = time.monotonic()
     results: dict[tuple[str, str], list[float]] = {}
     cpu_ms: dict[tuple[str, str], list[dict[str, float]]] = {}
-    stats: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    stats: dict[tuple[str, str], list[dict[str, float]]] = {}
     pods_per_mode: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="kpe-scheduler-bench-") as tmp, rc.control_plane(Path(tmp)) as plane:
         workdir = Path(tmp)
@@ -209,7 +215,7 @@ def main() -> int:
                     elif setup in FLOORS:
                         config = rc.scheduler_config(plane, f"http://127.0.0.1:{floors[setup][1]}/scheduler", node_cache_capable=names, drop_preempt=True)
                     else:
-                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}")
+                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=sources[setup])
                         config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names)
                     if args.scheduler_qps > 0:
                         config["clientConnection"].update(qps=args.scheduler_qps, burst=int(args.scheduler_qps))
@@ -218,7 +224,7 @@ def main() -> int:
                     try:
                         rate, created = one_round(plane, workdir, config, pods, round_, args.round_timeout, cpu, extender_pid)
                         if kpe is not None:
-                            stats[mode].append(kpe_stats(kpe.url))
+                            stats.setdefault((mode, setup), []).append(kpe_stats(kpe.url))
                     finally:
                         if kpe is not None:
                             kpe.stop()
@@ -242,12 +248,9 @@ def main() -> int:
         for setup in setups:
             rates = results[(mode, setup)]
             print(f"| {mode} | {setup} | " + " | ".join(f"{r:.1f}" for r in rates) + f" | {statistics.median(rates):.1f} |")
-        for floor in (f for f in FLOORS if f in setups and "kpe" in setups):
-            ratios = [k / f for k, f in zip(results[(mode, "kpe")], results[(mode, floor)], strict=True)]
-            print(f"| {mode} | kpe/{floor} | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")
-        if "kpe" in setups and "none" in setups:
-            ratios = [k / n for k, n in zip(results[(mode, "kpe")], results[(mode, "none")], strict=True)]
-            print(f"| {mode} | kpe/none | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")
+        for kpe_setup, base in itertools.product(kpes, [f for f in FLOORS if f in setups] + (["none"] if "none" in setups else [])):
+            ratios = [k / f for k, f in zip(results[(mode, kpe_setup)], results[(mode, base)], strict=True)]
+            print(f"| {mode} | {kpe_setup}/{base} | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")
     print()
     print("CPU ms per pod over a round, median of the rounds (from /proc/PID/stat; the script creating pods is not counted):")
     print()
@@ -260,16 +263,14 @@ def main() -> int:
             cells = [statistics.median(r.get(p, 0.0) for r in rows) for p in procs]
             total = statistics.median(sum(r.values()) for r in rows)
             print(f"| {mode} | {setup} | " + " | ".join(f"{c:.2f}" if c else "-" for c in cells) + f" | {total:.2f} |")
-    if any(stats.values()):
+    if stats:
         print()
         print("kpe's /metrics, summed over its rounds (a fresh kpe per round):")
         print()
-        print("| mode | verb | requests | mean ms | mean nodes per request | equivalence-cache hits |")
-        print("| --- | --- | --- | --- | --- | --- |")
-        for mode in modes:
-            if not stats[mode]:
-                continue
-            total = {k: sum(s[k] for s in stats[mode]) for k in stats[mode][0]}
+        print("| mode | kpe | verb | requests | mean ms | mean nodes per request | equivalence-cache hits |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for (mode, kpe_setup), rounds in stats.items():
+            total = {k: sum(s[k] for s in rounds) for k in rounds[0]}
             for verb in ("filter", "prioritize", "preempt"):
                 n = total[f"{verb}_n"]
                 if not n:
@@ -277,10 +278,10 @@ def main() -> int:
                 looked = total[f"{verb}_hit"] + total[f"{verb}_miss"]
                 hits = f"{100 * total[f'{verb}_hit'] / looked:.1f}% of {looked:,.0f} nodes" if looked else "n/a (whole nodes)"
                 nodes = f"{total[f'{verb}_nodes'] / n:.0f}" if verb != "preempt" else "-"
-                print(f"| {mode} | {verb} | {n:,.0f} | {1000 * total[f'{verb}_s'] / n:.2f} | {nodes} | {hits} |")
-            pods = pods_per_mode[mode] * len(stats[mode])
+                print(f"| {mode} | {kpe_setup} | {verb} | {n:,.0f} | {1000 * total[f'{verb}_s'] / n:.2f} | {nodes} | {hits} |")
+            pods = pods_per_mode[mode] * len(rounds)
             requests_s = sum(total[f"{verb}_s"] for verb in ("filter", "prioritize", "preempt"))
-            print(f"\nkpe's event loop per scheduled pod ({mode}): {1000 * requests_s / pods:.2f} ms answering the scheduler, "
+            print(f"\n{kpe_setup}'s event loop per scheduled pod ({mode}): {1000 * requests_s / pods:.2f} ms answering the scheduler, "
                   f"{1000 * total['events_s'] / pods:.2f} ms applying {total['events'] / pods:.1f} watch events "
                   f"({1e6 * total['events_s'] / max(total['events'], 1):.0f} µs each)")
             print()
