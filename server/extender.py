@@ -304,7 +304,10 @@ async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -
         # Every node known, in the request's order: the remembered entries are the answer (and
         # what the decision log keeps, as sent: no dict of scores is built for it).
         encoded = host_priority_json(result.encoded)
-        state.record("prioritize", args.pod, policy_set.generation, scores=orjson.Fragment(encoded), policies=result.matched)
+        # A Fragment cannot be cut to the log's budget for one entry: one that might not fit is
+        # kept as a list, which the log cuts to its first hosts.
+        logged = orjson.Fragment(encoded) if len(encoded) <= state.decisions.max_entry_bytes // 2 else orjson.loads(encoded)
+        state.record("prioritize", args.pod, policy_set.generation, scores=logged, policies=result.matched)
         return Answer(None, headers=headers, encoded=encoded)
     answer = host_priority_list(result.scores, order)
     state.record("prioritize", args.pod, policy_set.generation, scores=answer, policies=result.matched)

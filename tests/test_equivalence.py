@@ -650,6 +650,23 @@ def test_over_http_prioritize_answers_from_remembered_entries_and_the_decision_l
         assert [d["pod"] for d in logged] == ["apps/web-2", "apps/web-1", "apps/web-0"]
 
 
+def test_a_prioritize_answer_too_large_for_the_decision_log_s_entry_budget_is_logged_cut_to_its_first_hosts(tmp_path: Path) -> None:
+    import httpx
+
+    names = [f"node-{i}" for i in range(300)]
+    with kpe_on_pools(tmp_path, len(names), POOL_SCORE, decision_log_bytes=64 * 1024) as url:  # 4 KiB an entry
+        pod = {"metadata": {"name": "web-1", "namespace": "apps", "uid": "uid-web-1"}, "spec": {"containers": [{"name": "c"}]}}
+        for _ in range(2):  # cold, then answered from the remembered entries
+            answer = httpx.post(url + "/scheduler/prioritize", json={"Pod": pod, "NodeNames": names}).json()
+        assert len(answer) == 300
+        logged = httpx.get(url + "/apis/v1/decisions", params={"verb": "prioritize"}).json()["decisions"]
+        for decision in logged:
+            kept = decision["scores"]
+            assert 0 < len(kept) < 300 and kept == answer[: len(kept)]
+            assert decision["leftOut"] == {"scores": 300 - len(kept)}
+            assert len(orjson.dumps(decision)) <= 4 * 1024
+
+
 def test_whole_nodes_of_the_version_kpe_has_cached_are_answered_from_memory_and_others_as_sent(tmp_path: Path) -> None:
     import httpx
 
@@ -685,7 +702,7 @@ def test_whole_nodes_of_the_version_kpe_has_cached_are_answered_from_memory_and_
 
 
 @contextlib.contextmanager
-def kpe_on_pools(tmp_path: Path, count: int, policy: str = POOL_POLICY) -> Iterator[str]:
+def kpe_on_pools(tmp_path: Path, count: int, policy: str = POOL_POLICY, **settings: Any) -> Iterator[str]:
     """kpe serving POOL_POLICY with cluster access, synced with a fake API server's ``count``
     nodes (node-0, node-1, ...; odd ones in the ml pool)."""
     import time
@@ -702,8 +719,8 @@ def kpe_on_pools(tmp_path: Path, count: int, policy: str = POOL_POLICY) -> Itera
     with FakeApiServer(bookmark_interval=0.2) as api:
         for i in range(count):
             api.state.add_node({"metadata": {"name": f"node-{i}", "labels": {"pool": "ml" if i % 2 else "web"}}})
-        settings = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on")
-        with serve(create_app(settings)) as url:
+        options = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on", **settings)
+        with serve(create_app(options)) as url:
             deadline = time.monotonic() + 10
             while httpx.get(url + "/readyz").status_code != 200:
                 assert time.monotonic() < deadline, "kpe did not sync"
