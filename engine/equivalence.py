@@ -439,9 +439,9 @@ class PolicyReads:
                 expressions.append(rule.message_expression)
         expressions += [rule.expression for rule in policy.scores]
         self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root))
-        filters = [e for rule in policy.filters for e in (rule.expression, rule.message_expression) if e is not None]
+        # The compiler flags filter rules that read nodeInfo; their messages and the scores are looked at here.
         self._node_info = {
-            "filter": any(_reads_node_info(policy, e) for e in filters),
+            "filter": any(rule.reads_node_info or (rule.message_expression is not None and _reads_node_info(policy, rule.message_expression)) for rule in policy.filters),
             "score": any(_reads_node_info(policy, rule.expression) for rule in policy.scores),
         }
         self._timed: dict[str, bool] = {}
@@ -505,8 +505,8 @@ class PolicyReads:
 
 
 def _reads_node_info(policy: Policy, expr: Expression) -> bool:
-    # Node-scoped variables are inlined into ``root``; the variables' own flags are a second word.
-    return "nodeInfo" in ast.free_variables(expr.root) or any(policy.variable(v).reads_node_info for v in expr.variables)
+    # As the compiler judges a filter rule (FilterRule.reads_node_info).
+    return "nodeInfo" in expr.program.free_variables or any(v.reads_node_info for v in policy.variables if v.name in expr.variables)
 
 
 def _variables_read(node: ast.Node) -> set[str]:
