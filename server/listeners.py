@@ -32,6 +32,7 @@ import contextlib
 import socket
 import ssl
 import threading
+from http import HTTPStatus
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -227,12 +228,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str) -> None:
         body = orjson.dumps({"Error": message})
-        head = f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
         self.transport.write(head.encode("latin-1") + body)
         self.transport.close()
-
-
-_REASONS = {431: "Request Header Fields Too Large"}
 
 
 def protocol_class(settings: Settings) -> type[GuardedHttpProtocol]:
