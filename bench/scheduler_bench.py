@@ -152,6 +152,9 @@ def kpe_stats(url: str) -> dict[str, float]:
         out[f"{verb}_nodes"] = m("kpe_request_nodes_sum", verb=verb)
         out[f"{verb}_hit"] = m("kpe_equivalence_cache_nodes_total", verb=verb, result="hit")
         out[f"{verb}_miss"] = m("kpe_equivalence_cache_nodes_total", verb=verb, result="miss")
+    for outcome in ("answered", "rescored", "unasked"):
+        out[f"ahead_{outcome}"] = m("kpe_prioritize_ahead_total", outcome=outcome)
+    out["ahead_s"] = m("kpe_prioritize_ahead_seconds_total")
     out["events"] = m("kpe_cache_events_total")
     out["events_s"] = m("kpe_cache_event_seconds_total")
     return out
@@ -283,8 +286,13 @@ def main() -> int:
             pods = pods_per_mode[mode] * len(rounds)
             requests_s = sum(total[f"{verb}_s"] for verb in ("filter", "prioritize", "preempt"))
             loops.append(f"{kpe_setup}'s event loop per scheduled pod ({mode}): {1000 * requests_s / pods:.2f} ms answering the scheduler, "
+                         f"{1000 * total.get('ahead_s', 0.0) / pods:.2f} ms working out prioritize answers ahead, "
                          f"{1000 * total['events_s'] / pods:.2f} ms applying {total['events'] / pods:.1f} watch events "
                          f"({1e6 * total['events_s'] / max(total['events'], 1):.0f} µs each)")
+            expected = sum(total.get(f"ahead_{o}", 0.0) for o in ("answered", "rescored", "unasked"))
+            if expected:
+                loops.append(f"{kpe_setup}'s prioritize expected after a filter ({mode}): " + ", ".join(
+                    f"{total.get(f'ahead_{o}', 0.0):,.0f} {o}" for o in ("answered", "rescored", "unasked")))
         print()
         print("\n".join(loops))
     print()

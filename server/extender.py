@@ -9,8 +9,11 @@ HTTP errors.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
+import time
+from functools import partial
 from operator import itemgetter, methodcaller
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -26,9 +29,11 @@ from engine.equivalence import Offload
 from engine.filtering import filter_nodes
 from engine.nodeinfo import NodesByName
 from engine.preemption import preempt
-from engine.scoring import score_nodes
+from engine.policy import PolicySet
+from engine.scoring import ScoreResult, score_nodes
 
 from .body import decode, implausible
+from .lookahead import Expected
 from .state import ServerState
 from .wire import (
     WireError,
@@ -154,10 +159,11 @@ class Answer:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     encoded: bytes | None = None  # ``data`` already encoded as JSON (sent instead of encoding it)
+    after: Callable[[], None] | None = None  # called on the event loop once the answer is written
 
 
-Handler = Callable[[Any, Deadline, ServerState], Awaitable[Answer]]
-"""A verb: the parsed JSON body, the request's deadline and the state in; the answer out."""
+Handler = Callable[[bytes, Deadline, ServerState], Awaitable[Answer]]
+"""A verb: the request body as received, the request's deadline and the state in; the answer out."""
 
 # Nodes a filter or prioritize may evaluate on the event loop. Most requests of the scheduler's
 # stream need a handful (the equivalence cache holds the rest): answered in place, they skip the
@@ -207,8 +213,9 @@ _METADATA, _NAME = itemgetter("metadata"), itemgetter("name")
 _RESOURCE_VERSION = methodcaller("get", "resourceVersion")
 
 
-async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> Answer:
+async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
+    body = parse_json(raw)
     args = decode_extender_args(body, "filter", known=cached_copies(state))
     headers = {GENERATION_HEADER: policy_set.generation}
     failed: dict[str, str] = {}
@@ -266,13 +273,25 @@ async def handle_filter(body: Any, deadline: Deadline, state: ServerState) -> An
             unresolvable=result.unresolvable,
         )
     state.record("filter", args.pod, policy_set.generation, passed=len(result.passed), failed=failed, unresolvable=result.unresolvable, policies=result.matched)
-    return Answer(answer, headers=headers)
+    after = partial(_look_ahead, state, raw, body, args.pod, result.passed, policy_set) if args.nodes is None else None
+    return Answer(answer, headers=headers, after=after)
 
 
-async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -> Answer:
+async def handle_prioritize(raw: bytes, deadline: Deadline, state: ServerState) -> Answer:
+    expected = state.lookahead.take(raw)
+    if expected is not None:
+        if state.store.current is expected.policy_set and not cache_unusable(state):
+            if expected.answer is not None and _unchanged(state, expected):
+                state.lookahead.count("answered")
+                state.metrics.observe_nodes("prioritize", len(expected.names))
+                state.record("prioritize", expected.pod, expected.policy_set.generation, scores=_logged(state, expected.answer), policies=expected.matched)
+                return Answer(None, headers={GENERATION_HEADER: expected.policy_set.generation}, encoded=expected.answer)
+            state.lookahead.count("rescored")
+            # The body is the expected one: its pod and names are known without decoding it.
+            return await _prioritize(state, expected.policy_set, expected.pod, state.nodes_by_name(expected.names), expected.names, None, deadline)
+        state.lookahead.count("rescored")
     policy_set = state.store.current
-    args = decode_extender_args(body, "prioritize", known=cached_copies(state))
-    headers = {GENERATION_HEADER: policy_set.generation}
+    args = decode_extender_args(parse_json(raw), "prioritize", known=cached_copies(state))
     nodes: list[dict[str, Any]] | NodesByName
     if args.nodes is not None:
         nodes, order = args.known_nodes or [], list(map(_NAME, map(_METADATA, args.nodes)))
@@ -285,38 +304,103 @@ async def handle_prioritize(body: Any, deadline: Deadline, state: ServerState) -
             raise HTTPProblem(503, unusable)
         order = list(args.node_names or [])
         nodes = state.nodes_by_name(order)
+    # Whole nodes: their names, in order, are given to the engine.
+    return await _prioritize(state, policy_set, args.pod, nodes, order, order if args.nodes is not None else None, deadline)
+
+
+async def _prioritize(
+    state: ServerState,
+    policy_set: PolicySet,
+    pod: dict[str, Any],
+    nodes: list[dict[str, Any]] | NodesByName,
+    order: list[str],
+    names: list[str] | None,
+    deadline: Deadline,
+) -> Answer:
+    headers = {GENERATION_HEADER: policy_set.generation}
     state.metrics.observe_nodes("prioritize", len(order))
-    memo = state.equivalence if args.nodes is None or state.cache is not None else None
-    names = order if args.nodes is not None else None  # whole nodes: their names, in order
+    memo = state.equivalence if not isinstance(nodes, list) or state.cache is not None else None
     result = await evaluate(
         state,
         "prioritize",
         lambda limit: score_nodes(
-            policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, max_misses=limit, encode=host_priority
+            policy_set, pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, max_misses=limit, encode=host_priority
         ),
     )
+    _count_scoring(state, result)
+    if result.encoded is not None and not result.unknown:
+        # Every node known, in the request's order: the remembered entries are the answer (and
+        # what the decision log keeps, as sent: no dict of scores is built for it).
+        encoded = host_priority_json(result.encoded)
+        state.record("prioritize", pod, policy_set.generation, scores=_logged(state, encoded), policies=result.matched)
+        return Answer(None, headers=headers, encoded=encoded)
+    answer = host_priority_list(result.scores, order)
+    state.record("prioritize", pod, policy_set.generation, scores=answer, policies=result.matched)
+    return Answer(answer, headers=headers)
+
+
+def _count_scoring(state: ServerState, result: ScoreResult) -> None:
     if result.unknown:
         state.unknown_nodes(result.unknown, "prioritize")
     state.count_overdue("prioritize", result.overdue)
     state.count_equivalence("prioritize", result.memo_hits, result.memo_misses)
     state.metrics.count_rules("score", result.rule_counts, result.errors, [])
-    if result.encoded is not None and not result.unknown:
-        # Every node known, in the request's order: the remembered entries are the answer (and
-        # what the decision log keeps, as sent: no dict of scores is built for it).
-        encoded = host_priority_json(result.encoded)
-        # A Fragment cannot be cut to the log's budget for one entry: one that might not fit is
-        # kept as a list, which the log cuts to its first hosts.
-        logged = orjson.Fragment(encoded) if len(encoded) <= state.decisions.max_entry_bytes // 2 else orjson.loads(encoded)
-        state.record("prioritize", args.pod, policy_set.generation, scores=logged, policies=result.matched)
-        return Answer(None, headers=headers, encoded=encoded)
-    answer = host_priority_list(result.scores, order)
-    state.record("prioritize", args.pod, policy_set.generation, scores=answer, policies=result.matched)
-    return Answer(answer, headers=headers)
 
 
-async def handle_preempt(body: Any, deadline: Deadline, state: ServerState) -> Answer:
+def _logged(state: ServerState, encoded: bytes) -> Any:
+    """A prioritize answer as the decision log keeps it: as sent, unless it might not fit the
+    log's budget for one entry (a Fragment cannot be cut; a list is cut to its first hosts)."""
+    return orjson.Fragment(encoded) if len(encoded) <= state.decisions.max_entry_bytes // 2 else orjson.loads(encoded)
+
+
+def _unchanged(state: ServerState, expected: Expected) -> bool:
+    """Whether none of the expected nodes changed in kpe's cache since their answer was worked out."""
+    assert state.cache is not None
+    info = state.cache.node_info
+    if info.version == expected.version:
+        return True
+    changed = info.changed_since(expected.version)
+    return changed is not None and changed.isdisjoint(expected.names)
+
+
+def _look_ahead(state: ServerState, raw: bytes, body: Any, pod: dict[str, Any], passed: list[str], policy_set: PolicySet) -> None:
+    """After a filter with node names, once its answer is written: expect the prioritize that
+    follows it (``server.lookahead``) and work out its answer. Only what the event loop would
+    evaluate in place: with more to evaluate, or the worker busy, the prioritize is scored
+    when it comes, as without this."""
+    expected = state.lookahead.expect(raw, body, pod, passed, policy_set)
+    if expected is None or not state.lookahead.worth_working(policy_set, state.equivalence):
+        return
+    if state.cache is None or state.store.current is not expected.policy_set or cache_unusable(state) or not state.worker.idle:
+        return
+    collecting = gc.isenabled()
+    gc.disable()  # as around a verb: the objects made here are gone before the collector would look
+    start = time.perf_counter()
+    try:
+        version = state.cache.node_info.version
+        deadline = Deadline.after(state.settings.request_deadline_s)
+        nodes = state.nodes_by_name(expected.names)
+        result = score_nodes(
+            expected.policy_set, expected.pod, nodes, node_info=state.node_info(), memo=state.equivalence, deadline=deadline, max_misses=INLINE_MISSES, encode=host_priority
+        )
+    except Offload:
+        return
+    except Exception:
+        log.exception("internal error scoring ahead of prioritize")
+        return
+    finally:
+        if collecting:
+            gc.enable()
+        state.metrics.ahead_seconds.inc(time.perf_counter() - start)
+    _count_scoring(state, result)  # what was evaluated, whether or not a prioritize takes it
+    if result.encoded is not None and not result.unknown and not result.overdue:
+        expected.version, expected.matched = version, result.matched
+        expected.answer = host_priority_json(result.encoded)
+
+
+async def handle_preempt(raw: bytes, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
-    args = decode_preemption_args(body)
+    args = decode_preemption_args(parse_json(raw))
     headers = {GENERATION_HEADER: policy_set.generation}
     candidates: dict[str, list[dict[str, Any]]] = {}
     rejected: dict[str, str] = {}
@@ -355,8 +439,8 @@ async def handle_preempt(body: Any, deadline: Deadline, state: ServerState) -> A
     return Answer(preemption_result(kept, args.pdb_violations), headers=headers)
 
 
-async def handle_bind(body: Any, deadline: Deadline, state: ServerState) -> Answer:
-    args = decode_binding_args(body)
+async def handle_bind(raw: bytes, deadline: Deadline, state: ServerState) -> Answer:
+    args = decode_binding_args(parse_json(raw))
     pod = f"{args.pod_namespace}/{args.pod_name}"
     if state.client is None:
         state.metrics.binds.labels("no-cluster").inc()
@@ -411,8 +495,9 @@ async def _missing_node(state: ServerState, node: str) -> str:
     return ""
 
 
-async def handle_admit(body: Any, deadline: Deadline, state: ServerState) -> Answer:
+async def handle_admit(raw: bytes, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise WireError("admit request body must be a JSON object with Pod")
     pod = decode_pod(body)

@@ -86,8 +86,20 @@ class Metrics:
             "kpe_requeued_pods_total", "Pending pods touched after a reload so kube-scheduler retries them, by result", ["result"], registry=r
         )
         self.binds = Counter("kpe_binds_total", "Bindings created, by result", ["result"], registry=r)
+        self.ahead = Counter(
+            "kpe_prioritize_ahead_total",
+            "Prioritize requests expected after a filter, by outcome: answered (from the answer worked out ahead), "
+            "rescored (scored when asked: the cache or the policies changed meanwhile, or nothing was worked out), unasked (no such prioritize came)",
+            ["outcome"], registry=r,
+        )
+        self.ahead_seconds = Counter(
+            "kpe_prioritize_ahead_seconds_total", "Time spent working out prioritize answers ahead (on the event loop, after a filter's answer is written)", registry=r
+        )
         self._generation_label = ""
         self._reloads_seen: dict[str, int] = {}
+
+    def count_ahead(self, outcome: str) -> None:
+        self.ahead.labels(outcome).inc()
 
     def answered(self, verb: str, status: int, seconds: float) -> None:
         """One verb request answered: counted per status, its time in the latency histogram.

@@ -15,6 +15,7 @@ from engine.policy import PolicySet
 from engine.preemption import PreemptionResult
 
 from .decisionlog import DecisionLog
+from .lookahead import Lookahead
 from .metrics import Metrics
 from .policystore import PolicyStore
 from .settings import Settings
@@ -47,6 +48,10 @@ class ServerState:
     worker: Worker = field(default_factory=Worker)  # runs the decisions off the event loop
     requeue: Requeuer | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
     reservations: ReservationController | None = None  # with the gate controller: placeholders of the reservations' free slots
+    lookahead: Lookahead = field(init=False)  # the prioritize expected after the last filter (server.lookahead)
+
+    def __post_init__(self) -> None:
+        self.lookahead = Lookahead(count=self.metrics.count_ahead)
 
     def node_info(self) -> Mapping[str, Any] | None:
         return self.cache.node_info if self.cache is not None else None

@@ -14,6 +14,7 @@ including other methods on the verb paths (405), goes on to Starlette.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -24,7 +25,7 @@ import orjson
 
 from engine.deadline import Deadline
 
-from .extender import Answer, ClientGone, Handler, HTTPProblem, parse_json, read_body
+from .extender import Answer, ClientGone, Handler, HTTPProblem, read_body
 from .listeners import off_surface
 from .logs import new_request_id, request_id
 from .state import ServerState
@@ -75,8 +76,7 @@ class VerbDispatch:
             start = time.perf_counter()
             deadline = Deadline.after(settings.request_deadline_s, start=start)
             try:
-                body = parse_json(await read_body(receive, declared, settings.max_body_bytes, settings.body_timeout_s))
-                answer = await handler(body, deadline, state)
+                answer = await handler(await read_body(receive, declared, settings.max_body_bytes, settings.body_timeout_s), deadline, state)
             except ClientGone:
                 return
             except HTTPProblem as exc:
@@ -90,6 +90,9 @@ class VerbDispatch:
             headers = [(b"x-request-id", rid.encode("latin-1"))]
             headers += [(key.lower().encode("latin-1"), value.encode("latin-1")) for key, value in answer.headers.items()]
             await _send(send, answer.status, answer.encoded if answer.encoded is not None else orjson.dumps(answer.data), headers)
+            if answer.after is not None:
+                # Queued behind the write of this answer (``CoalescedWrites`` flushes in a callback queued before).
+                asyncio.get_running_loop().call_soon(answer.after)
         finally:
             request_id.reset(token)
             if collecting:
