@@ -69,10 +69,11 @@ class Lookahead:
 
     def worth_working(self, policy_set: PolicySet, reads: EquivalenceCache) -> bool:
         """Whether to work out the expected answer ahead: prioritizes have been taking them
-        lately, some policy scores, and no scoring policy's match expression or score rule
-        reads ``now`` (the answer would then be of the filter's time, not the prioritize's)."""
-        if self._untaken >= IDLE_AFTER:
-            return False
+        lately, the equivalence cache is on, some policy scores, and no scoring policy's match
+        expression or score rule reads ``now`` (the answer would then be of the filter's time,
+        not the prioritize's)."""
+        if self._untaken >= IDLE_AFTER or reads.classes <= 0:
+            return False  # without the equivalence cache an answer is not kept in encoded form
         known, worth = self._worth
         if known is not policy_set:
             scoring = [p for p in policy_set.policies if p.scores]

@@ -258,11 +258,12 @@ spec:
 """
 
 
-def test_nothing_is_worked_out_ahead_for_policies_that_read_the_clock_or_do_not_score() -> None:
+def test_nothing_is_worked_out_ahead_for_policies_that_read_the_clock_or_do_not_score_or_without_the_equivalence_cache() -> None:
     from engine.equivalence import EquivalenceCache
 
     reads = EquivalenceCache()
     assert Lookahead().worth_working(load_text(SCORING), reads)
+    assert not Lookahead().worth_working(load_text(SCORING), EquivalenceCache(classes=0))
     assert not Lookahead().worth_working(load_text(SCORING + CLOCK), reads)
     assert not Lookahead().worth_working(load_text(SCORING.replace("scores:", "filters:").replace("node.metadata.name.size() * 10", "node.metadata.name.size() > 1")), reads)
 
