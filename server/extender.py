@@ -26,7 +26,7 @@ from starlette.responses import Response
 from engine.admission import admit
 from engine.deadline import Deadline
 from engine.equivalence import Offload
-from engine.filtering import filter_nodes
+from engine.filtering import FilterResult, filter_nodes
 from engine.nodeinfo import NodesByName
 from engine.preemption import preempt
 from engine.policy import PolicySet
@@ -36,6 +36,7 @@ from .body import decode, implausible
 from .lookahead import Expected
 from .state import ServerState
 from .wire import (
+    ExtenderArgs,
     WireError,
     decode_binding_args,
     decode_extender_args,
@@ -230,7 +231,6 @@ async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> A
             # kube-scheduler reads a filter's Error from a 200 and fails the attempt (retried later).
             return Answer(filter_result(nodes=None, node_names=[], list_meta={}, failed={}, unresolvable={}, error=unusable), headers=headers)
         nodes = state.nodes_by_name(args.node_names or [])
-    state.metrics.observe_nodes("filter", len(nodes))
     # Only cached nodes can be remembered (they are the same objects until the cache replaces
     # them): whole nodes are, too, once cached_copies has swapped in kpe's copies.
     memo = state.equivalence if args.nodes is None or state.cache is not None else None
@@ -241,20 +241,11 @@ async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> A
             policy_set, args.pod, nodes, filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, max_misses=limit)
         ),
     )
-    state.count_overdue("filter", result.overdue)
-    state.count_equivalence("filter", result.memo_hits, result.memo_misses)
     if result.unknown:
         failed = state.unknown_nodes(result.unknown, "filter")
         failed.update(result.failed)  # the names kpe does not know, then the rejected ones
     else:
         failed = result.failed
-    state.metrics.count_rules("filter", result.rule_counts, result.errors, result.audit_rejections)
-    state.metrics.count_rejections(result.rejections)
-    if state.requeue is not None:
-        if failed or result.unresolvable:
-            state.requeue.remember(args.pod, policy_set.generation)
-        else:
-            state.requeue.forget(args.pod)
     if args.nodes is not None:
         passed = set(result.passed)
         answer = filter_result(
@@ -272,9 +263,28 @@ async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> A
             failed=failed,
             unresolvable=result.unresolvable,
         )
+    return Answer(answer, headers=headers, after=partial(_after_filter, state, raw, body, args, len(nodes), result, failed, policy_set))
+
+
+def _after_filter(
+    state: ServerState, raw: bytes, body: Any, args: ExtenderArgs, requested: int, result: FilterResult, failed: dict[str, str], policy_set: PolicySet
+) -> None:
+    """What a filter's answer does not depend on, done once the answer is written (kube-scheduler
+    waits for the answer, not for this): its metrics, the decision log, the requeue's note of a
+    pod some node rejected, and with node names the prioritize expected next."""
+    state.metrics.observe_nodes("filter", requested)
+    state.count_overdue("filter", result.overdue)
+    state.count_equivalence("filter", result.memo_hits, result.memo_misses)
+    state.metrics.count_rules("filter", result.rule_counts, result.errors, result.audit_rejections)
+    state.metrics.count_rejections(result.rejections)
+    if state.requeue is not None:
+        if failed or result.unresolvable:
+            state.requeue.remember(args.pod, policy_set.generation)
+        else:
+            state.requeue.forget(args.pod)
     state.record("filter", args.pod, policy_set.generation, passed=len(result.passed), failed=failed, unresolvable=result.unresolvable, policies=result.matched)
-    after = partial(_look_ahead, state, raw, body, args.pod, result.passed, policy_set) if args.nodes is None else None
-    return Answer(answer, headers=headers, after=after)
+    if args.nodes is None:
+        _look_ahead(state, raw, body, args.pod, result.passed, policy_set)
 
 
 async def handle_prioritize(raw: bytes, deadline: Deadline, state: ServerState) -> Answer:

@@ -18,7 +18,7 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -89,10 +89,13 @@ class VerbDispatch:
             state.metrics.answered(name, answer.status, time.perf_counter() - start)
             headers = [(b"x-request-id", rid.encode("latin-1"))]
             headers += [(key.lower().encode("latin-1"), value.encode("latin-1")) for key, value in answer.headers.items()]
-            await _send(send, answer.status, answer.encoded if answer.encoded is not None else orjson.dumps(answer.data), headers)
-            if answer.after is not None:
-                # Queued behind the write of this answer (``CoalescedWrites`` flushes in a callback queued before).
-                asyncio.get_running_loop().call_soon(answer.after)
+            try:
+                await _send(send, answer.status, answer.encoded if answer.encoded is not None else orjson.dumps(answer.data), headers)
+            finally:
+                if answer.after is not None:
+                    # Queued behind the write of this answer (``CoalescedWrites`` flushes in a
+                    # callback queued before), and before any other request is read.
+                    asyncio.get_running_loop().call_soon(_after, name, answer.after)
         finally:
             request_id.reset(token)
             if collecting:
@@ -108,6 +111,13 @@ class VerbEndpoint:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.dispatch.serve(self.name, self.handler, scope, receive, send)
+
+
+def _after(name: str, work: Callable[[], None]) -> None:
+    try:
+        work()
+    except Exception:
+        log.exception("internal error after answering %s", name)
 
 
 async def _send(send: Any, status: int, payload: bytes, headers: list[tuple[bytes, bytes]]) -> None:
