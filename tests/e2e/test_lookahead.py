@@ -4,7 +4,10 @@ placements follow scores that change with every bind."""
 
 from __future__ import annotations
 
-from .conftest import Cluster
+from functools import partial
+
+from .conftest import Cluster, Kpe
+from .controlplane import wait_until
 
 # Never -d (the filter: kube-scheduler calls prioritize after it); up to two pods on -b, then
 # -c, not -a. Every score depends on nodeInfo, so an answer worked out ahead that missed a bind
@@ -28,6 +31,10 @@ spec:
 """
 
 
+def cached_pods_are(kpe: Kpe, node: str, count: int) -> bool:
+    return bool(kpe.http.get(f"/apis/v1/nodes/{node}").json()["nodeInfo"]["podCount"] == count)
+
+
 def test_kube_scheduler_s_prioritize_is_the_one_kpe_expected_and_its_answers_follow_every_bind(cluster: Cluster) -> None:
     ns = cluster.namespace
     cluster.write_policy("fill.yaml", POLICY.format(ns=ns))
@@ -38,9 +45,12 @@ def test_kube_scheduler_s_prioritize_is_the_one_kpe_expected_and_its_answers_fol
 
     bound: dict[str, str] = {}
     for i in range(4):
-        # One at a time, each bound before the next: every pod's scores depend on the binds before it.
+        # One at a time, each bound, and the bind in kpe's cache, before the next: every pod's
+        # scores depend on the binds before it.
         cluster.api.pod(ns, f"p-{i}")
         bound = cluster.wait_bound([f"p-{j}" for j in range(i + 1)])
+        node = bound[f"p-{i}"]
+        wait_until(partial(cached_pods_are, kpe, node, list(bound.values()).count(node)), 10, "kpe's cache to see the bind")
     assert [bound[f"p-{i}"] for i in range(4)] == [f"{ns}-b", f"{ns}-b", f"{ns}-c", f"{ns}-c"]
     answered = kpe.metric("kpe_prioritize_ahead_total", outcome="answered")
     rescored = kpe.metric("kpe_prioritize_ahead_total", outcome="rescored")
