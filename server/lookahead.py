@@ -54,7 +54,6 @@ class Expected:
     answer: bytes | None = None  # the encoded answer, once worked out ahead
     version: int = -1  # the node cache's count of changes when ``answer`` was worked out
     matched: list[str] | None = None  # the policies that answer came from (for the decision log)
-    taken: bool = False
 
 
 class Lookahead:
@@ -88,7 +87,7 @@ class Lookahead:
         """Remember the prioritize that would follow the filter of body ``raw`` (decoded:
         ``body``, its pod checked: ``pod``) that passed ``passed``; None when the filter's body
         is not in the form the module docstring describes (nothing is expected then)."""
-        self.drop()
+        self._drop()
         if len(passed) < 2 or not isinstance(body, dict) or body.keys() != _KEYS or body["Nodes"] is not None:
             return None
         names = body["NodeNames"]
@@ -105,15 +104,12 @@ class Lookahead:
         if expected is None or len(raw) != len(expected.body) or raw != expected.body:
             return None
         self._expected = None
-        expected.taken = True
         self._untaken = 0
         return expected
 
-    def drop(self) -> bool:
-        """Forget the expectation; True if one was there and no prioritize had taken it."""
-        expected, self._expected = self._expected, None
-        if expected is None:
-            return False
-        self._untaken += 1
-        self._count("unasked")
-        return True
+    def _drop(self) -> None:
+        """Forget the expectation, which no prioritize took (one that did is gone already)."""
+        if self._expected is not None:
+            self._expected = None
+            self._untaken += 1
+            self._count("unasked")
