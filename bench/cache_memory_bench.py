@@ -1,8 +1,8 @@
 """Memory of kpe's node and pod cache per pod: objects kept as the API server sends
-them ("raw", what kpe did before) beside trimmed ones (``server.cache.trim``: no
+them ("raw", what kpe did before) beside trimmed ones (``server.cluster.cache.trim``: no
 managedFields, string values interned) and what the cache keeps now with the shipped
 policies ("projected": trimmed, and bound pods cut to the fields the policies and kpe
-read, ``engine.projection``), in the same run.
+read, ``engine.cluster.projection``), in the same run.
 
     python bench/cache_memory_bench.py                          # 30,000 pods on 1,000 nodes
     python bench/cache_memory_bench.py --pods 150000 --per-node 30   # 5,000 nodes
@@ -17,7 +17,7 @@ process: it serializes the cluster into list pages of 500 (the API server's byte
 kept alive throughout, so they are in the baseline), then runs the real
 ``ClusterCache`` against a stub client whose ``list_all`` decodes those pages with
 orjson as ``KubeClient.list_all`` does, until the cache has synced and every
-node's ``nodeInfo`` is built. "raw" replaces ``server.cache.trim`` with the
+node's ``nodeInfo`` is built. "raw" replaces ``server.cluster.cache.trim`` with the
 identity; "stripped" only drops managedFields; "trimmed" keeps every pod whole;
 "projected" gives the cache the shipped policies' projection (``--policies``), as
 ``kpe serve`` does. It prints, per mode: the RSS growth (VmRSS after the sync minus before
@@ -118,10 +118,10 @@ def rss_bytes() -> int:
 
 
 def child(mode: str, count: int, per_node: int, traced: bool, policies: str) -> Obj:
-    import server.cache
-    from engine.loader import load
-    from engine.projection import EVERYTHING
-    from server.cache import ClusterCache
+    import server.cluster.cache
+    from engine.policy.loader import load
+    from engine.cluster.projection import EVERYTHING
+    from server.cluster.cache import ClusterCache
 
     projection = load([policies]).pod_projection if mode == "projected" else EVERYTHING
 
@@ -141,9 +141,9 @@ def child(mode: str, count: int, per_node: int, traced: bool, policies: str) -> 
     bodies = {"/api/v1/nodes": pages("Node", iter(nodes)), "/api/v1/pods": pages("Pod", pods())}
     del nodes
     if mode == "raw":
-        server.cache.trim = lambda obj, projection=EVERYTHING: obj  # type: ignore[assignment]  # objects kept as decoded
+        server.cluster.cache.trim = lambda obj, projection=EVERYTHING: obj  # type: ignore[assignment]  # objects kept as decoded
     elif mode == "stripped":
-        server.cache.trim = _strip_only  # type: ignore[assignment]
+        server.cluster.cache.trim = _strip_only  # type: ignore[assignment]
     gc.collect()
     if traced:
         tracemalloc.start()

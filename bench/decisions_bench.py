@@ -23,12 +23,12 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).parent)]
 
 import cluster  # noqa: E402
 
-from engine.cel.timestamps import parse_duration, parse_timestamp  # noqa: E402
-from engine.evaluation import current_time  # noqa: E402
-from engine.filtering import filter_nodes  # noqa: E402
-from engine.loader import load  # noqa: E402
-from engine.nodeinfo import node_info_map  # noqa: E402
-from engine.scoring import combine, score_nodes  # noqa: E402
+from engine.cel.ext.timestamps import parse_duration, parse_timestamp  # noqa: E402
+from engine.decisions.evaluation import current_time  # noqa: E402
+from engine.decisions.filtering import filter_nodes  # noqa: E402
+from engine.policy.loader import load  # noqa: E402
+from engine.cluster.nodeinfo import node_info_map  # noqa: E402
+from engine.decisions.scoring import combine, score_nodes  # noqa: E402
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}

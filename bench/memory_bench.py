@@ -138,7 +138,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=16, help="concurrent creates (default 16)")
     ap.add_argument("--settle", type=float, default=5, help="seconds to let each settle after syncing before reading RSS")
     ap.add_argument("--also-source", action="append", default=[], metavar="DIR",
-                    help="also measure the kpe of this source tree (python -m server.cli with PYTHONPATH=DIR), e.g. an older "
+                    help="also measure the kpe of this source tree (python -m server.cli.main with PYTHONPATH=DIR), e.g. an older "
                          "commit from `git archive COMMIT | tar -x -C DIR`; repeatable")
     args = ap.parse_args()
     rc.skip_without_binaries()

@@ -160,13 +160,13 @@ class Kpe:
 def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, name: str = "kpe",
               extra: tuple[str, ...] = (), timeout: float = 600, source: Path | None = None) -> tuple[Kpe, float]:
     """``kpe serve`` on one plain-HTTP port with cluster access; returns it and the seconds from start to /readyz.
-    ``source``: run the kpe of another source tree instead (``python -m server.cli`` there), e.g. an older commit
+    ``source``: run the kpe of another source tree instead (``python -m server.cli.main`` there), e.g. an older commit
     unpacked with ``git archive``."""
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = [kpe_executable()]
     if source is not None:
-        command = [sys.executable, "-m", "server.cli"]
+        command = [sys.executable, "-m", "server.cli.main"]
         env["PYTHONPATH"] = str(source)
     argv = [*command, "serve", "--policies", str(policies), "--host", "127.0.0.1", "--port", str(port),
             "--cluster", "on", "--kubeconfig", str(plane.kpe_kubeconfig), "--log-level", "warning", *extra]

@@ -127,7 +127,7 @@ def _floor(args: list[str], port: int) -> Iterator[None]:
 def kpe_server(api: Any, flags: list[str]) -> Iterator[str]:
     port = free_port()
     kubeconfig = api.kubeconfig if api is not None else None
-    args = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--policies", str(ROOT / "policies"), "--log-level", "warning"]
+    args = [sys.executable, "-m", "server.cli.main", "serve", "--port", str(port), "--policies", str(ROOT / "policies"), "--log-level", "warning"]
     args += ["--kubeconfig", kubeconfig, "--cluster", "on"] if kubeconfig else ["--cluster", "off"]
     with process(args + flags, f"http://127.0.0.1:{port}/readyz"):
         yield f"http://127.0.0.1:{port}"
@@ -201,9 +201,9 @@ def main() -> int:
         nodes = cluster.nodes(count)
         pods = cluster.pods_on(nodes)
         # The scheduler sends prioritize only the nodes that passed filter: find them once.
-        from engine.filtering import filter_nodes
-        from engine.loader import load
-        from engine.nodeinfo import node_info_map
+        from engine.decisions.filtering import filter_nodes
+        from engine.policy.loader import load
+        from engine.cluster.nodeinfo import node_info_map
 
         passed = set(filter_nodes(load([ROOT / "policies"]), pod, nodes, node_info=node_info_map(nodes, pods)).passed)
         feasible = [n for n in nodes if n["metadata"]["name"] in passed]

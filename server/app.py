@@ -22,21 +22,22 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.compiler import CostLimits
-from engine.equivalence import EquivalenceCache
+from engine.policy.compiler import CostLimits
+from engine.equivalence.classes import EquivalenceCache
 
-from . import introspection
-from .certificate import ServingCertificate
-from .decisionlog import DecisionLog
-from .extender import VERBS, json_response
-from .listeners import WEBHOOK_PATH, SurfaceGuard
-from .logs import new_request_id, request_id
-from .policystore import PolicyStore
-from .reservations import reservations_endpoint
-from .settings import Settings
-from .state import ServerState
-from .verbs import VerbDispatch, VerbEndpoint
-from .webhook import handle_admission
+from server.introspection import endpoints as introspection
+from server.http.certificate import ServingCertificate
+from server.telemetry.decisionlog import DecisionLog
+from server.http.responses import json_response
+from server.verbs.endpoints import VERBS
+from server.http.listeners import WEBHOOK_PATH, SurfaceGuard
+from server.telemetry.logs import new_request_id, request_id
+from server.reload.store import PolicyStore
+from server.reservations.endpoint import reservations_endpoint
+from server.settings import Settings
+from server.state import ServerState
+from server.verbs.endpoints import VerbDispatch, VerbEndpoint
+from server.admission.webhook import handle_admission
 
 
 log = logging.getLogger("kpe.server")
@@ -86,16 +87,16 @@ async def connect_cluster(settings: Settings) -> Any:
     """A Kubernetes client, or None when kpe runs without cluster access."""
     if settings.cluster == "off":
         return None
-    from .kube import KubeClient
+    from server.cluster.kube import KubeClient
 
     return await KubeClient.connect(kubeconfig=settings.kubeconfig, required=settings.cluster == "on")
 
 
 def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[asyncio.Task[Any]]:
     """The Lease campaign and the gate controller that runs while this replica leads."""
-    from .gates import GateController
-    from .leader import LeaderElector, default_identity
-    from .reservations import ReservationController
+    from server.admission.gates import GateController
+    from server.cluster.leader import LeaderElector, default_identity
+    from server.reservations.controller import ReservationController
 
     settings = state.settings
     assert state.client is not None, "the gate controller runs only with cluster access"
@@ -106,13 +107,13 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
         identity=settings.identity or default_identity(),
         lease_duration_s=settings.lease_duration_s,
     )
-    state.gates = GateController(state, resync_s=settings.gate_resync_s, debounce_s=settings.gate_debounce_ms / 1000)
-    state.elector = elector
-    state.reservations = ReservationController(state, resync_s=settings.gate_resync_s or 30.0)
+    gates = GateController(state, resync_s=settings.gate_resync_s, debounce_s=settings.gate_debounce_ms / 1000)
+    reservations = ReservationController(state, resync_s=settings.gate_resync_s or 30.0)
+    state.gates, state.elector, state.reservations = gates, elector, reservations
     return [
         asyncio.create_task(elector.run(stop), name="leader-election"),
-        asyncio.create_task(state.gates.run(stop, elector.leading), name="gate-controller"),
-        asyncio.create_task(state.reservations.run(stop, elector.leading), name="reservation-controller"),
+        asyncio.create_task(gates.run(stop, elector.leading), name="gate-controller"),
+        asyncio.create_task(reservations.run(stop, elector.leading), name="reservation-controller"),
     ]
 
 
@@ -153,16 +154,16 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
                 "(nodeCacheCapable: true), victims by UID and bind will be answered with an error"
             )
         else:
-            from .cache import ClusterCache
+            from server.cluster.cache import ClusterCache
 
             state.cache = ClusterCache(state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s, policies=store)
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
             tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
             if settings.requeue_rate > 0:
-                from .requeue import Requeuer
+                from server.admission.requeue import Requeuer
 
-                state.requeue = Requeuer(rate=settings.requeue_rate)
-                tasks.append(asyncio.create_task(state.requeue.run(state, stop), name="requeue-after-reload"))
+                requeue = state.requeue = Requeuer(rate=settings.requeue_rate)
+                tasks.append(asyncio.create_task(requeue.run(state, stop), name="requeue-after-reload"))
             if any(p.admission is not None for p in store.current.policies) or settings.gate_resync_s > 0:
                 tasks += start_gate_controller(state, stop)
         log.info("kpe serving", extra={"generation": store.current.generation, "prefix": settings.prefix, "cluster": state.client is not None})
@@ -205,7 +206,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        # The verbs' POSTs are served by the first layer (server.verbs), the rest by Starlette's stack.
+        # The verbs' POSTs are served by the first layer (server.verbs.endpoints), the rest by Starlette's stack.
         middleware=[Middleware(VerbDispatch, prefix=prefix, verbs=served), Middleware(SurfaceGuard, prefix=prefix), Middleware(RequestIdMiddleware)],
         exception_handlers={HTTPException: _json_http_error},
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -18,15 +19,20 @@ class UsageError(Exception):
     """A problem with the command line, the settings or the files they name (exit 2)."""
 
 
-def _default_policies() -> str:
-    from .cli import default_policies
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # every kpe command's exit codes
 
-    return default_policies()
+
+def default_policies() -> str:
+    """The shipped example policies: ./policies if present, else the ones beside the installed code."""
+    here = Path("policies")
+    if here.is_dir():
+        return str(here)
+    return str(Path(__file__).resolve().parent.parent / "policies")
 
 
 @dataclass(frozen=True)
 class Settings:
-    policies: str = field(default_factory=_default_policies, metadata={"help": "policy file or directory (hot-reloaded); default: the shipped policies"})
+    policies: str = field(default_factory=default_policies, metadata={"help": "policy file or directory (hot-reloaded); default: the shipped policies"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0 in a pod)"})
     port: int = field(default=8888, metadata={"help": "port to listen on"})
     prefix: str = field(default="/scheduler", metadata={"help": "URL prefix of the extender verbs (kube-scheduler's urlPrefix path)"})

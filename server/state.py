@@ -5,29 +5,71 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.equivalence import EquivalenceCache
-from engine.nodeinfo import NodesByName
-from engine.filtering import FilterResult
-from engine.heldroom import keep_evictions_off, keep_off
-from engine.policy import PolicySet
-from engine.preemption import PreemptionResult
+from engine.cluster.nodeinfo import NodesByName
+from engine.equivalence.classes import EquivalenceCache
+from engine.reservations.heldroom import Home
+from engine.reservations.slots import Plan
 
-from .decisionlog import DecisionLog
-from .lookahead import Lookahead
-from .metrics import Metrics
-from .policystore import PolicyStore
-from .settings import Settings
-from .worker import Worker
+from server.http.worker import Worker
+from server.reload.store import PolicyStore
+from server.settings import Settings
+from server.telemetry.decisionlog import DecisionLog
+from server.telemetry.metrics import Metrics
+from server.verbs.lookahead import Lookahead
 
 if TYPE_CHECKING:
-    from .cache import ClusterCache
-    from .certificate import ServingCertificate
-    from .gates import GateController
-    from .kube import KubeClient
-    from .requeue import Requeuer
-    from .reservations import ReservationController
+    from server.cluster.cache import ClusterCache
+    from server.cluster.kube import KubeClient
+    from server.http.certificate import ServingCertificate
+
+
+# What one surface reads of another's controller, as the surfaces see it: the controllers
+# are made by the composition root (server.app) and handed in here, so no surface imports
+# another to reach them.
+
+
+class Requeue(Protocol):
+    """The pods to prompt kube-scheduler about after a reload (``server.admission.requeue``),
+    as the filter verb tells them."""
+
+    def remember(self, pod: Mapping[str, Any], generation: str) -> None: ...
+
+    def forget(self, pod: Mapping[str, Any]) -> None: ...
+
+
+class HeldPod(Protocol):
+    """A pod kpe holds at its gates, as /apis/v1/gated shows it."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def gates(self) -> Mapping[str, str]: ...
+
+    @property
+    def since(self) -> float: ...
+
+
+class Gates(Protocol):
+    """The gate controller (``server.admission.gates``), as introspection reads it."""
+
+    @property
+    def held(self) -> Mapping[str, HeldPod]: ...
+
+
+class Slots(Protocol):
+    """The reservation controller (``server.reservations.controller``), as the verbs and
+    introspection read it: where slots are at home, and the slots as last seen."""
+
+    @property
+    def homes(self) -> Mapping[str, list[Home]]: ...
+
+    def latest(self) -> Plan | None: ...
 
 log = logging.getLogger("kpe.decisions")
 
@@ -40,44 +82,21 @@ class ServerState:
     decisions: DecisionLog = field(default_factory=lambda: DecisionLog(1000))
     client: KubeClient | None = None
     cache: ClusterCache | None = None
-    gates: GateController | None = None
+    gates: Gates | None = None
     elector: Any = None  # LeaderElector when the gate controller runs
     equivalence: EquivalenceCache = field(default_factory=EquivalenceCache)
     certificate: ServingCertificate | None = None  # with --tls-cert: reloaded when its files change
-    surfaces_by_port: dict[int, frozenset[str]] = field(default_factory=dict)  # see server.listeners.SurfaceGuard
+    surfaces_by_port: dict[int, frozenset[str]] = field(default_factory=dict)  # see server.http.listeners.SurfaceGuard
     worker: Worker = field(default_factory=Worker)  # runs the decisions off the event loop
-    requeue: Requeuer | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
-    reservations: ReservationController | None = None  # with the gate controller: placeholders of the reservations' free slots
-    lookahead: Lookahead = field(init=False)  # the prioritize expected after the last filter (server.lookahead)
+    requeue: Requeue | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
+    reservations: Slots | None = None  # with the gate controller: placeholders of the reservations' free slots
+    lookahead: Lookahead = field(init=False)  # the prioritize expected after the last filter (server.verbs.lookahead)
 
     def __post_init__(self) -> None:
         self.lookahead = Lookahead(count=self.metrics.count_ahead)
 
     def node_info(self) -> Mapping[str, Any] | None:
         return self.cache.node_info if self.cache is not None else None
-
-    def keep_off_reserved(self, policy_set: PolicySet, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]] | NodesByName, result: FilterResult) -> FilterResult:
-        """The filter's result with non-owners kept out of reserved room in transit
-        (``engine.heldroom``). Runs where the filter does, in the worker that reads nodeInfo."""
-        controller = self.reservations
-        if controller is None or not controller.homes or not policy_set.reservations:
-            return result
-        names = {r.name for r in policy_set.reservations}
-        if isinstance(nodes, NodesByName):
-            # Only the passing nodes where a slot is at home are looked at: resolve just those.
-            homes, states = controller.homes, nodes.states
-            nodes = [states[name].node for name in result.passed if name in homes and name in states]
-        return keep_off(result, pod, nodes, self.node_info(), controller.homes, reservations=names)
-
-    def keep_evictions_off_reserved(
-        self, policy_set: PolicySet, pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], result: PreemptionResult
-    ) -> PreemptionResult:
-        """The preempt verb's candidates without the nodes where the pod would fit only in
-        reserved room in transit once the victims are gone (``engine.heldroom``)."""
-        controller = self.reservations
-        if controller is None or not controller.homes or not policy_set.reservations:
-            return result
-        return keep_evictions_off(result, policy_set, pod, nodes, self.node_info(), controller.homes)
 
     def resolve_nodes(self, names: list[str], verb: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Nodes for the names the scheduler sent; unknown names fail with a reason that says so."""

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from engine import evaluation
-from engine.cel.timestamps import Timestamp, parse_timestamp
+from engine.decisions import evaluation
+from engine.cel.ext.timestamps import Timestamp, parse_timestamp
 
 _conformance: dict[str, Counter[str]] = {}
 
 # `now` for every rule a test evaluates without choosing it: the engine's default
-# (engine.evaluation.current_time, which the server uses on every request) reads
+# (engine.decisions.evaluation.current_time, which the server uses on every request) reads
 # the wall clock, and CI runs at any hour. A test that depends on the hour passes
 # `now=` itself; `@pytest.mark.any_hour` runs a test with the default clock at each
 # of ANY_HOUR, so one that forgets to fails at whatever hour the suite runs.

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from server.cli import main
+from server.cli.main import main
 
 from .fakeapi import FakeApiServer
 

@@ -1,4 +1,4 @@
-"""The Kubernetes client (server/kube.py) and the node/pod cache (server/cache.py)
+"""The Kubernetes client (server/cluster/kube.py) and the node/pod cache (server/cluster/cache.py)
 against the in-process fake API server, over real HTTP, through a kubeconfig
 with a bearer token (so kr8s's configuration path is the one exercised)."""
 
@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import trustme
 
-from server.cache import ClusterCache
-from server.kube import ApiError, CredentialsError, Expired, KubeClient
-from server.metrics import Metrics
+from server.cluster.informer import backoff
+from server.cluster.cache import ClusterCache
+from server.cluster.kube import ApiError, CredentialsError, Expired, KubeClient
+from server.telemetry.metrics import Metrics
 from tests.fakeapi import FakeApiServer, State
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kube-apiserver-wire"  # shared/ sits beside main/
@@ -305,10 +306,9 @@ def test_during_an_api_server_outage_the_cache_keeps_serving_and_its_lag_grows(a
 
 
 def test_backoff_grows_exponentially_with_jitter_up_to_its_cap() -> None:
-    cache = ClusterCache(None, backoff_max=4.0)  # type: ignore[arg-type]
-    assert cache._backoff(0) == 0
+    assert backoff(0, 4.0) == 0
     for failures, ceiling in ((1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (40, 4.0)):
-        waits = [cache._backoff(failures) for _ in range(200)]
+        waits = [backoff(failures, 4.0) for _ in range(200)]
         assert all(ceiling / 2 <= w <= ceiling for w in waits) and len(set(waits)) > 1
 
 
@@ -502,9 +502,13 @@ def test_watch_events_cut_anywhere_by_the_stream_reach_the_cache_whole_and_in_or
             for i in range(30):
                 api.state.add_pod(pod(f"web-{i:02d}", cpu=f"{i + 1}m", nodeName="node-1"))
             api.state.delete("pods", "web-07", "demo")
+            # 29 pods are also on the node for a moment before web-29 arrives and web-07 goes:
+            # wait for the end state itself, not a count that passes through it.
+            expected = [f"web-{i:02d}" for i in range(30) if i != 7]
+            await eventually(lambda: sorted(p["metadata"]["name"] for p in cache.pods()) == expected, what="web-00 to web-29 without web-07")
             await eventually(lambda: cache.node_info.get("node-1", {}).get("podCount") == 29, what="29 pods on node-1")
             cached = {p["metadata"]["name"]: p for p in cache.pods()}
-            assert sorted(cached) == [f"web-{i:02d}" for i in range(30) if i != 7]
+            assert sorted(cached) == expected
             assert all(p["spec"]["containers"][0]["resources"]["requests"]["cpu"] == f"{int(name[4:]) + 1}m" for name, p in cached.items())
             assert cache.node_info["node-1"]["requested"]["cpu"] == f"{sum(range(1, 31)) - 8}m"
 

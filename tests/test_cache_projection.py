@@ -1,4 +1,4 @@
-"""The cache keeps bound pods cut to the served policy set's projection (server/cache.py),
+"""The cache keeps bound pods cut to the served policy set's projection (server/cluster/cache.py),
 against the fake API server: pending and gated pods and nodes stay whole; a reload that
 reads a field the cache dropped relists pods before the new set serves (the old set
 serving meanwhile, through failing lists too); one that reads less relists nothing."""
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from server.policystore import PolicyStore
+from server.reload.store import PolicyStore
 from tests.fakeapi import FakeApiServer
 from tests.test_cache import api, cache_on, eventually, kubeconfig, list_requests, node, pod, run  # noqa: F401 - fixtures
 

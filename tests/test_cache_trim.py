@@ -1,4 +1,4 @@
-"""What the node and pod cache keeps of each object (server/cache.py ``trim``): no
+"""What the node and pod cache keeps of each object (server/cluster/cache.py ``trim``): no
 ``metadata.managedFields``, from the first list and from the watch; every other field
 equal to what the API server sent; equal strings shared between objects."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from server.trim import trim
+from server.cluster.trim import trim
 from tests.fakeapi import FakeApiServer
 from tests.test_cache import api, cache_on, client_on, eventually, kubeconfig, node, pod, run  # noqa: F401 - fixtures
 
@@ -154,9 +154,9 @@ spec:
 
 
 def test_decisions_over_trimmed_pods_equal_decisions_over_the_pods_as_sent() -> None:
-    from engine.filtering import filter_nodes
-    from engine.loader import load_text
-    from engine.nodeinfo import node_info_map
+    from engine.decisions.filtering import filter_nodes
+    from engine.policy.loader import load_text
+    from engine.cluster.nodeinfo import node_info_map
 
     policies = load_text(READS_CACHED_PODS)
     nodes = cluster.nodes(40)

@@ -9,10 +9,10 @@ from typing import Any
 
 import httpx
 
-from engine.cel.timestamps import parse_timestamp
-from engine.explain import explain
-from engine.filtering import filter_nodes
-from engine.loader import load_text
+from engine.cel.ext.timestamps import parse_timestamp
+from engine.reports.explain import explain
+from engine.decisions.filtering import filter_nodes
+from engine.policy.loader import load_text
 from server.app import create_app
 from server.settings import Settings
 

@@ -1,5 +1,5 @@
 """The cyclic garbage collector waits while a verb is answered, and runs again afterwards,
-whatever the answer: a request's objects are gone before it looks (``server.verbs``)."""
+whatever the answer: a request's objects are gone before it looks (``server.verbs.endpoints``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from typing import Any
 import orjson
 import pytest
 
-from engine.deadline import Deadline
+from engine.decisions.deadline import Deadline
 from server.app import create_app
-from server.extender import Answer, HTTPProblem, parse_json
+from server.http.responses import HTTPProblem, parse_json
+from server.verbs.answer import Answer
 from server.settings import Settings
 from server.state import ServerState
-from server.verbs import VerbDispatch
+from server.verbs.endpoints import VerbDispatch
 
 
 def call(dispatch: VerbDispatch, app: Any, body: bytes) -> tuple[int, dict[str, Any]]:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.compiler import CostLimits
+from engine.policy.compiler import CostLimits
 from engine.errors import PolicyLoadError
-from engine.filtering import filter_nodes
-from engine.loader import load, load_text
-from server.cli import main
-from server.policystore import PolicyStore
+from engine.decisions.filtering import filter_nodes
+from engine.policy.loader import load, load_text
+from server.cli.main import main
+from server.reload.store import PolicyStore
 
 ROOT = Path(__file__).resolve().parent.parent
 NESTED = """apiVersion: kpe.dev/v1alpha1

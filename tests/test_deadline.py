@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-import engine.deadline
-import engine.filtering
-from engine.deadline import Deadline
-from engine.equivalence import EquivalenceCache
-from engine.filtering import filter_nodes
-from engine.loader import load_text
-from engine.preemption import preempt
-from engine.scoring import score_nodes
+import engine.decisions.deadline
+import engine.decisions.filtering
+from engine.decisions.deadline import Deadline
+from engine.equivalence.classes import EquivalenceCache
+from engine.equivalence.filtering import filter_nodes
+from engine.policy.loader import load_text
+from engine.decisions.preemption import preempt
+from engine.equivalence.scoring import score_nodes
 
 POLICY = """apiVersion: kpe.dev/v1alpha1
 kind: SchedulingPolicy
@@ -41,8 +41,8 @@ def ticking(monkeypatch: pytest.MonkeyPatch) -> None:
     """perf_counter reads 0, 1, 2, ... in the engine's deadline checks."""
     ticks = itertools.count()
     clock = lambda: float(next(ticks))  # noqa: E731
-    monkeypatch.setattr(engine.filtering, "perf_counter", clock)
-    monkeypatch.setattr(engine.deadline, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(engine.decisions.filtering, "perf_counter", clock)
+    monkeypatch.setattr(engine.decisions.deadline, "time", types.SimpleNamespace(perf_counter=clock))
 
 
 def policies(failure: str) -> Any:

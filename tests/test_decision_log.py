@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from server.app import create_app
-from server.decisionlog import DecisionLog
+from server.telemetry.decisionlog import DecisionLog
 from server.settings import Settings
 
 from .serving import serve

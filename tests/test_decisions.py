@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
-from engine.admission import admit
-from engine.filtering import filter_nodes
-from engine.loader import load_text
-from engine.nodeinfo import node_info_map
-from engine.preemption import preempt
-from engine.scoring import score_nodes
+from engine.decisions.admission import admit
+from engine.decisions.filtering import filter_nodes
+from engine.policy.loader import load_text
+from engine.cluster.nodeinfo import node_info_map
+from engine.decisions.preemption import preempt
+from engine.decisions.scoring import score_nodes
 
 CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "cases" / "decisions.yaml").read_text())
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from server.app import WEBHOOK_PATH
-from server.cli import EXIT_OK, main
+from server.cli.main import EXIT_OK, main
 from server.settings import Settings, env_name, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ KUBECTL = shutil.which("kubectl")
 
 Obj = dict[str, Any]
 
-# (apiGroup, resource, verb) — exactly what server/kube.py and the gate controller call.
+# (apiGroup, resource, verb) — exactly what server/cluster/kube.py and the gate controller call.
 CLUSTER_RULES = {
     ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
     ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
@@ -333,7 +333,7 @@ def test_policy_copy_matches_policies() -> None:
 
 
 def test_configmap_holds_exactly_the_shipped_policies(objects: list[Obj], tmp_path: Path) -> None:
-    from engine.loader import load
+    from engine.policy.loader import load
 
     data = one(objects, "ConfigMap")["data"]
     shipped = {p.name: p.read_text() for p in (ROOT / "policies").glob("*.yaml")}

@@ -1,4 +1,4 @@
-"""``kpe explain pod`` and reservations (engine.diagnosisslots): for a pod, each reservation
+"""``kpe explain pod`` and reservations (engine.reports.diagnosis.slots): for a pod, each reservation
 it owns or not, the slots (node, free or used by whom), and the reservation's part in the
 decision: where an owner may use a slot, which nodes a non-owner is kept off because a slot's
 room there is in transit, which placeholders and owners it may not evict."""
@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.diagnosis import diagnose
-from engine.diagnosisview import render_markdown, render_text
-from engine.loader import load_text
-from engine.policy import PolicySet
-from engine.reservation import placeholder_pod
-from engine.slots import Plan, SlotMemory, plan
+from engine.reports.diagnosis.diagnose import diagnose
+from engine.reports.diagnosis.view import render_markdown, render_text
+from engine.policy.loader import load_text
+from engine.policy.model import PolicySet
+from engine.policy.reservation import placeholder_pod
+from engine.reservations.slots import Plan, SlotMemory, plan
 
 NS = "kpe-system"
 RESERVATION = """

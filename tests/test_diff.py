@@ -1,5 +1,5 @@
 """Impact previews: the table of policy changes in tests/cases/impact.yaml decided by
-engine/impact.py, and ``kpe diff`` against the fake API server (live and through a
+engine/reports/impact/compare.py, and ``kpe diff`` against the fake API server (live and through a
 snapshot, anonymised or not): outputs, the sample of running pods, exit codes."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from engine.impact import preview, subjects
-from engine.loader import load_text
-from engine.snapshot import Snapshot, write
-from server.cli import main
+from engine.reports.impact.compare import preview, subjects
+from engine.policy.loader import load_text
+from engine.cluster.snapshot import Snapshot, write
+from server.cli.main import main
 
 from .livecluster import POLICIES, Live, cluster, live_cluster
 

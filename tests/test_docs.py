@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from engine import cel
-from engine.cel import values
-from server.cli import build_parser
+from engine.cel.types import names
+from server.cli.main import build_parser
 from server.settings import Settings, env_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ def test_generator_check_mode() -> None:
 def receiver_name(cls: type) -> str:
     """The receiver as the doc writes it: the CEL type name without its namespace
     (``kubernetes.Quantity`` → ``Quantity``, ``optional_type`` → ``optional``)."""
-    name = values._TYPE_NAMES.get(cls, cls.__name__)  # the registry library modules fill in
+    name = names.class_name(cls)  # the registry library modules fill in
     return name.rsplit(".", 1)[-1].removesuffix("_type")
 
 
@@ -175,3 +175,37 @@ def examples() -> list[str]:
 @pytest.mark.parametrize("example", examples())
 def test_examples_are_true(example: str) -> None:
     assert cel.compile(example).evaluate({}) is True
+
+
+# -- architecture ---------------------------------------------------------------------------
+
+
+def _architecture_tree() -> list[str]:
+    """The module paths docs/architecture.md's tree names, from its indentation."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("<!-- tree:", 1)[1].split("<!-- end of tree -->", 1)[0]
+    block = block.split("```", 2)[1].split("\n", 1)[1]  # after the fence's language
+    paths: list[str] = []
+    folders: list[str] = []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        name = line.split()[0]
+        del folders[depth:]
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+        else:
+            paths.append("/".join([*folders, name]))
+    return paths
+
+
+def test_the_architecture_page_names_every_module_of_engine_and_server() -> None:
+    actual = sorted(str(p.relative_to(ROOT)) for package in ("engine", "server") for p in (ROOT / package).rglob("*.py") if p.name != "__init__.py")
+    assert sorted(_architecture_tree()) == actual
+
+
+def test_the_architecture_page_describes_every_folder() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text().split("<!-- end of tree -->", 1)[1]
+    folders = sorted(str(p.relative_to(ROOT)) + "/" for package in ("engine", "server") for p in (ROOT / package).rglob("*") if p.is_dir() and (p / "__init__.py").exists())
+    assert [f for f in folders if f"`{f}" not in text] == []

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from server.app import create_app
-from server.cli import main
+from server.cli.main import main
 from server.settings import Settings, load_settings
 
 from .serving import serve

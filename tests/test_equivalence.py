@@ -14,14 +14,16 @@ from typing import Any
 import orjson
 import pytest
 
-from engine.cel.timestamps import Timestamp
-from engine.equivalence import EquivalenceCache, Offload, TrackedNodeInfo, pod_paths
-from engine.filtering import FilterResult, filter_nodes
-from engine.loader import load, load_text
-from engine.nodeinfo import NodesByName, NodeState, node_info_map
-from engine.policy import PolicySet
-from engine.scoring import score_nodes
-from server.wire import host_priority, host_priority_json
+from engine.cel.ext.timestamps import Timestamp
+from engine.equivalence.classes import EquivalenceCache, Offload, TrackedNodeInfo
+from engine.equivalence.reads import pod_paths
+from engine.decisions.filtering import FilterResult
+from engine.equivalence.filtering import filter_nodes
+from engine.policy.loader import load, load_text
+from engine.cluster.nodeinfo import NodesByName, NodeState, node_info_map
+from engine.policy.model import PolicySet
+from engine.equivalence.scoring import score_nodes
+from server.http.wire import host_priority, host_priority_json
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR = 3600
@@ -500,7 +502,7 @@ def test_the_cache_keeps_at_most_the_configured_number_of_classes() -> None:
     ],
 )
 def test_the_fingerprint_covers_every_pod_field_an_expression_reads(expression: str, paths: set[tuple[str, ...]]) -> None:
-    from engine.cel.parser import parse
+    from engine.cel.parser.parser import parse
 
     assert set(pod_paths(parse(expression))) == paths
 
@@ -610,7 +612,7 @@ def test_a_class_remembers_the_nodes_outside_the_current_window_of_names(tracked
 def test_over_http_a_request_the_cache_answers_skips_the_worker_thread_and_a_cold_one_uses_it(tmp_path: Path) -> None:
     import httpx
 
-    from server.extender import INLINE_MISSES
+    from server.verbs.answer import INLINE_MISSES
 
     names = [f"node-{i}" for i in range(INLINE_MISSES + 8)]
     with kpe_on_pools(tmp_path, len(names)) as url:

@@ -123,7 +123,7 @@ def test_an_unknown_pod_or_target_is_a_usage_error(live: Live, capsys: pytest.Ca
 
 
 def test_a_cluster_without_credentials_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from server.cli import main
+    from server.cli.main import main
 
     assert main(["explain", "pod", "ml/train", "--kubeconfig", str(tmp_path / "missing")]) == 2
     assert f"kubeconfig {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
@@ -199,7 +199,7 @@ def test_a_kpe_without_cluster_access_says_it_has_no_pod_cache(tmp_path: Path) -
 def test_over_https_kpe_s_certificate_is_checked_against_the_name_given_for_a_port_forward(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import trustme
 
-    from server.cli import main
+    from server.cli.main import main
 
     ca = trustme.CA()
     cert = ca.issue_cert("kpe.kpe-system.svc")

@@ -118,7 +118,7 @@ def test_two_replicas_share_one_lease_only_the_leader_patches_and_the_other_take
 
 
 def test_a_replica_that_loses_the_lease_stops_reporting_the_pods_it_held(tmp_path: Path) -> None:
-    from server.leader import micro_time
+    from server.cluster.leader import micro_time
 
     with cluster(tmp_path) as c:
         api, url = c.api, c.kpe
@@ -140,9 +140,9 @@ def test_a_replica_that_loses_the_lease_stops_reporting_the_pods_it_held(tmp_pat
 def test_a_pass_with_no_pod_at_a_gate_does_not_scan_the_cached_pods(tmp_path: Path) -> None:
     import asyncio
 
-    from server.cache import ClusterCache
-    from server.gates import GateController
-    from server.policystore import PolicyStore
+    from server.cluster.cache import ClusterCache
+    from server.admission.gates import GateController
+    from server.reload.store import PolicyStore
     from server.state import ServerState
 
     (tmp_path / "policy.yaml").write_text(

@@ -36,11 +36,11 @@ import pytest
 import yaml
 
 from engine.errors import PolicyLoadError
-from engine.loader import load_text
-from engine.policytest import run_test_files
+from engine.policy.loader import load_text
+from engine.reports.policytest import run_test_files
 from server.app import create_app
-from server.cli import build_parser, main
-from server.metrics import Metrics
+from server.cli.main import build_parser, main
+from server.telemetry.metrics import Metrics
 from server.settings import Settings, env_name
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Reserved room in transit (engine.heldroom): while a slot's room is held by no pod on
+"""Reserved room in transit (engine.reservations.heldroom): while a slot's room is held by no pod on
 its node (its placeholder evicted for an owner only nominated there, or its owner ended
 and the placeholder not back), the filter keeps non-owners that fit only in that room off
 the node; owners, and the slot's own placeholder coming back, are not kept off. A slot's
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.filtering import filter_nodes
-from engine.heldroom import keep_evictions_off, keep_off, kept_off
-from engine.loader import load_text
-from engine.nodeinfo import node_info_map
-from engine.policy import PolicySet
-from engine.preemption import preempt
-from engine.reservation import placeholder_pod
-from engine.slots import Plan, SlotMemory, plan
+from engine.decisions.filtering import filter_nodes
+from engine.reservations.heldroom import keep_evictions_off, keep_off, kept_off
+from engine.policy.loader import load_text
+from engine.cluster.nodeinfo import node_info_map
+from engine.policy.model import PolicySet
+from engine.decisions.preemption import preempt
+from engine.policy.reservation import placeholder_pod
+from engine.reservations.slots import Plan, SlotMemory, plan
 
 NS = "kpe-system"
 POLICIES = """

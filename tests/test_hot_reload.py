@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from server.app import create_app
-from server.policystore import PolicyStore
+from server.reload.store import PolicyStore
 from server.settings import Settings
 
 from .serving import serve

@@ -1,4 +1,4 @@
-"""The watch reader of server.kube: HTTP/1.1 framing parsed from whatever pieces the
+"""The watch reader of server.cluster.kube: HTTP/1.1 framing parsed from whatever pieces the
 socket delivers, the error mapping of ``KubeClient.watch``, credentials reloaded on
 401/403, the read timeout, cancellation and flow control.
 
@@ -20,10 +20,10 @@ import orjson
 import pytest
 import trustme
 
-from server import kube
-from server import watchstream
-from server.kube import ApiError, Expired, KubeClient, WatchError
-from server.watchstream import WatchStream
+from server.cluster import kube
+from server.cluster import watchstream
+from server.cluster.kube import ApiError, Expired, KubeClient, WatchError
+from server.cluster.watchstream import WatchStream
 
 
 def run(test: Callable[[], Awaitable[None]], timeout: float = 10.0) -> None:

@@ -1,5 +1,5 @@
 """kube-scheduler's own filters and its preemption dry run, as kpe checks them for
-`kpe explain pod` and `kpe diff` (engine/kubefilters.py), against the table in
+`kpe explain pod` and `kpe diff` (engine/cluster/kubefilters.py), against the table in
 tests/cases/kube-filters.yaml."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from engine import kubefilters
-from engine.nodeinfo import node_info_map
-from engine.preemption import victim_name
+from engine.cluster import kubefilters
+from engine.cluster.nodeinfo import node_info_map
+from engine.decisions.preemption import victim_name
 
 TABLE: dict[str, list[dict[str, Any]]] = yaml.safe_load((Path(__file__).parent / "cases" / "kube-filters.yaml").read_text())
 

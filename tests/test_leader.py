@@ -6,8 +6,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from server.kube import KubeClient
-from server.leader import LeaderElector
+from server.cluster.kube import KubeClient
+from server.cluster.leader import LeaderElector
 
 from .fakeapi import FakeApiServer
 

@@ -16,7 +16,7 @@ import pytest
 import trustme
 
 from server.app import create_app
-from server.listeners import plan, running, surface_of
+from server.http.listeners import plan, running, surface_of
 from server.settings import Settings
 
 POLICIES = Path(__file__).parent / "cases" / "wire-policies.yaml"
@@ -235,7 +235,7 @@ def test_listening_sockets_are_tcp_so_responses_are_not_held_by_nagle() -> None:
             sock = raw(urls[surface])
             sock.sendall(request(path))
             assert b"200 OK" in answer(sock)
-    from server.listeners import Listeners
+    from server.http.listeners import Listeners
 
     listeners = Listeners(create_app(settings), settings)
     try:
@@ -251,7 +251,7 @@ def test_the_other_listeners_answer_only_after_the_app_has_started() -> None:
     import threading
     from collections.abc import AsyncIterator
 
-    from server.listeners import Listeners
+    from server.http.listeners import Listeners
 
     settings = Settings(policies=str(POLICIES), cluster="off", port=0, health_port=_free())
     app = create_app(settings)
@@ -288,7 +288,7 @@ def test_the_other_listeners_answer_only_after_the_app_has_started() -> None:
 def test_a_response_written_in_pieces_within_one_step_leaves_as_one_write() -> None:
     import asyncio
 
-    from server.listeners import CoalescedWrites
+    from server.http.listeners import CoalescedWrites
 
     class Recording:
         def __init__(self) -> None:

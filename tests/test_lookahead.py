@@ -1,4 +1,4 @@
-"""The prioritize that follows a filter, worked out ahead (``server.lookahead``): answers
+"""The prioritize that follows a filter, worked out ahead (``server.verbs.lookahead``): answers
 equal to scoring the request as sent, through binds, reloads and bodies that are not the
 expected one."""
 
@@ -15,9 +15,9 @@ import httpx
 import orjson
 import pytest
 
-from engine.loader import load_text
+from engine.policy.loader import load_text
 from server.app import create_app
-from server.lookahead import IDLE_AFTER, Lookahead
+from server.verbs.lookahead import IDLE_AFTER, Lookahead
 from server.settings import Settings
 from server.state import ServerState
 
@@ -259,7 +259,7 @@ spec:
 
 
 def test_nothing_is_worked_out_ahead_for_policies_that_read_the_clock_or_do_not_score_or_without_the_equivalence_cache() -> None:
-    from engine.equivalence import EquivalenceCache
+    from engine.equivalence.classes import EquivalenceCache
 
     reads = EquivalenceCache()
     assert Lookahead().worth_working(load_text(SCORING), reads)
@@ -269,7 +269,7 @@ def test_nothing_is_worked_out_ahead_for_policies_that_read_the_clock_or_do_not_
 
 
 def test_after_enough_expectations_no_prioritize_took_nothing_is_worked_out_until_one_does() -> None:
-    from engine.equivalence import EquivalenceCache
+    from engine.equivalence.classes import EquivalenceCache
 
     lookahead, reads, policies = Lookahead(), EquivalenceCache(), load_text(SCORING)
     raw = expected_body(POD, ["n-1", "n-2", "n-3"])

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from engine.errors import PolicyLoadError
-from engine.loader import load
+from engine.policy.loader import load
 
 CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "cases" / "load_errors.yaml").read_text())
 

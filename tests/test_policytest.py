@@ -1,4 +1,4 @@
-"""The PolicyTest runner itself (engine/policytest.py): comparisons, errors, reports."""
+"""The PolicyTest runner itself (engine/reports/policytest.py): comparisons, errors, reports."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.policytest import CaseResult, Mismatch, junit_xml, run_test_files
+from engine.reports.policytest import CaseResult, Mismatch, junit_xml, run_test_files
 
 POLICY = """\
 apiVersion: kpe.dev/v1alpha1

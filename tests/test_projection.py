@@ -1,4 +1,4 @@
-"""Cached pods cut to what is read (engine/projection.py, server/cache.py ``trim``): the
+"""Cached pods cut to what is read (engine/cluster/projection.py, server/cluster/cache.py ``trim``): the
 analysis finds what each expression reads of other pods (cases/projection.yaml), and
 decisions over pods cut to a policy set's projection equal decisions over the pods as
 the API server sent them: filter, score, preemption and admission, for every case of the
@@ -17,26 +17,19 @@ import orjson
 import pytest
 import yaml
 
-from engine.admission import GATES_ANNOTATION, admit
+from engine.decisions.admission import GATES_ANNOTATION, admit
 from engine.cel.library import Library
-from engine.cel.parser import parse
-from engine.cel.timestamps import Timestamp
-from engine.filtering import filter_nodes
-from engine.loader import load, load_text
-from engine.nodeinfo import is_active, node_info_map, pod_key
-from engine.policy import PolicySet
-from engine.preemption import preempt
-from engine.projection import (
-    EMPTY,
-    EVERYTHING,
-    KPE_READS,
-    Projection,
-    expression_reads,
-    from_paths,
-    policy_reads,
-)
-from engine.scoring import score_nodes
-from server.trim import is_projected, trim
+from engine.cel.parser.parser import parse
+from engine.cel.ext.timestamps import Timestamp
+from engine.decisions.filtering import filter_nodes
+from engine.policy.loader import load, load_text
+from engine.cluster.nodeinfo import is_active, node_info_map, pod_key
+from engine.policy.model import PolicySet
+from engine.decisions.preemption import preempt
+from engine.cluster.projection import EMPTY, EVERYTHING, KPE_READS, Projection, from_paths
+from engine.policy.reads import expression_reads, pod_projection, policy_reads
+from engine.decisions.scoring import score_nodes
+from server.cluster.trim import is_projected, trim
 from tests.test_equivalence import cluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -314,7 +307,8 @@ spec:
 def shipped_and_tricky() -> PolicySet:
     shipped = load([ROOT / "policies"])
     added = load_text(TRICKY, file="tricky.yaml")
-    return PolicySet(shipped.policies + added.policies, shipped.generation + added.generation)
+    policies = shipped.policies + added.policies
+    return PolicySet(policies, shipped.generation + added.generation, pod_projection=pod_projection(policies))
 
 
 def test_the_shipped_policies_keep_a_small_part_of_each_cached_pod() -> None:

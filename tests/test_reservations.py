@@ -1,5 +1,5 @@
 """Reservations in the engine: the document, its owners' decisions (cases/reservations.yaml),
-the placeholder pod, and the slot bookkeeping (engine.slots) over plain pods."""
+the placeholder pod, and the slot bookkeeping (engine.reservations.slots) over plain pods."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 from engine.errors import PolicyLoadError
-from engine.filtering import filter_nodes
-from engine.loader import load_text
-from engine.nodeinfo import node_info_map
-from engine.preemption import preempt
-from engine.reservation import placeholder_pod
-from engine.scoring import score_nodes
-from engine.slots import Plan, SlotMemory, plan
+from engine.decisions.filtering import filter_nodes
+from engine.policy.loader import load_text
+from engine.cluster.nodeinfo import node_info_map
+from engine.decisions.preemption import preempt
+from engine.policy.reservation import placeholder_pod
+from engine.decisions.scoring import score_nodes
+from engine.reservations.slots import Plan, SlotMemory, plan
 
 CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "cases" / "reservations.yaml").read_text())
 

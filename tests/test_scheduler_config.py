@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from server.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
-from server.schedulerconfig import DEFAULT_URL, is_extended_resource_name
+from server.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+from server.verbs.schedulerconfig import DEFAULT_URL, is_extended_resource_name
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,7 +135,7 @@ def test_every_field_kpe_writes_has_the_shape_the_scheduler_accepts(tmp_path: Pa
 
 
 def test_verbs_are_server_routes_and_the_default_url_uses_the_server_prefix() -> None:
-    from server.extender import VERBS
+    from server.verbs.endpoints import VERBS
 
     generated = generate("--entry-only", "--bind")
     for key in ("filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb"):
@@ -245,8 +245,8 @@ def test_whole_node_mode_warns_about_rules_that_read_node_info(tmp_path: Path, c
 
 
 def test_the_shipped_policies_reading_node_info_are_named() -> None:
-    from engine.loader import load
-    from server.schedulerconfig import node_info_rules
+    from engine.policy.loader import load
+    from server.verbs.schedulerconfig import node_info_rules
 
     assert node_info_rules(load([ROOT / "policies"])) == ["bin-packing/cpu-fullness", "bin-packing/memory-fullness", "gpu-placement/enough-free-gpus", "gpu-placement/preemption.node"]
 

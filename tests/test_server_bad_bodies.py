@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from server import introspection, webhook
+from server.introspection import endpoints as introspection
+from server.admission import webhook
 from server.app import create_app
 from server.settings import Settings
 
@@ -103,7 +104,7 @@ def test_an_unexpected_exception_in_the_webhook_is_a_json_500(kpe: str, monkeypa
 
 
 def test_an_unexpected_exception_in_a_verb_is_a_json_500_with_the_request_id_on_a_connection_that_stays_open(kpe: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from server import extender
+    from server.verbs import handlers as extender
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("boom")

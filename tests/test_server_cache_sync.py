@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from server.app import create_app
-from server.extender import NOT_SYNCED
+from server.verbs.answer import NOT_SYNCED
 from server.settings import Settings
 from server.state import ServerState
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.loader import load
-from engine.policy import PolicySet
-from engine.policytest import CaseResult, run_test_files
+from engine.policy.loader import load
+from engine.policy.model import PolicySet
+from engine.reports.policytest import CaseResult, run_test_files
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ROOT / "policies"

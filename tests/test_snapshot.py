@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from engine import snapshot
-from engine.anonymise import Anonymiser
+from engine.cluster import snapshot
+from engine.cluster.anonymise import Anonymiser
 from server.app import create_app
 from server.settings import Settings
 

@@ -16,7 +16,7 @@ import pytest
 import trustme
 
 from server.app import create_app
-from server.serve import uvicorn_options
+from server.cli.serve import uvicorn_options
 from server.settings import Settings
 
 from .serving import serve

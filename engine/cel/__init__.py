@@ -15,7 +15,7 @@ import importlib
 from collections.abc import Iterable
 from functools import lru_cache
 
-from .errors import (
+from engine.cel.errors import (
     TOO_DEEP,
     CelError,
     CompileError,
@@ -26,15 +26,16 @@ from .errors import (
     NoSuchKeyError,
     NoSuchOverloadError,
 )
-from .library import Library
-from .limits import MAX_LIST_SIZE, MAX_STRING_SIZE, SizeLimitError
-from .program import DEFAULT_COST_LIMIT, Program
-from .values import CelType, Optional, UInt
+from engine.cel.library import Library
+from engine.cel.limits import MAX_LIST_SIZE, MAX_STRING_SIZE, SizeLimitError
+from engine.cel.interpreter.program import DEFAULT_COST_LIMIT, Program
+from engine.cel.types.values import CelType, Optional, UInt, type_name
 
 # Core CEL, the extensions Kubernetes enables, Kubernetes' own libraries, and kpe's
 # Kubernetes helpers (kube.*: what kube-scheduler computes about pods and nodes).
 LIBRARY_MODULES = (
-    "runtime", "strings", "conversions", "timestamps", "regex", "lists", "quantity", "semver", "network", "urls", "kube",
+    "interpreter.runtime", "ext.strings", "types.conversions", "ext.timestamps", "ext.regex", "ext.lists", "ext.quantity",
+    "ext.semver", "ext.network", "ext.urls", "ext.kube",
 )
 
 
@@ -68,6 +69,6 @@ def compile(  # noqa: A001 - the public name the rest of kpe and external checks
 
 __all__ = [
     "TOO_DEEP", "CelError", "CelType", "CompileError", "CostLimitError", "DivisionByZeroError", "EvalError", "IntOverflowError",
-    "NoSuchKeyError", "NoSuchOverloadError", "Optional", "Program", "SizeLimitError", "UInt", "compile", "default_library",
+    "NoSuchKeyError", "NoSuchOverloadError", "Optional", "Program", "SizeLimitError", "UInt", "compile", "default_library", "type_name",
     "MAX_LIST_SIZE", "MAX_STRING_SIZE",
 ]

@@ -3,6 +3,8 @@ that the generated code raises as Python exceptions and absorbs where CEL says s
 
 from __future__ import annotations
 
+from engine.cel.types.names import type_name
+
 
 class CelError(Exception):
     """Base of every error the CEL package raises."""
@@ -68,7 +70,5 @@ class CostLimitError(EvalError):
 
 def no_such_overload(name: str, *args: object) -> NoSuchOverloadError:
     """The error for ``name`` applied to ``args`` (names their CEL types)."""
-    from .values import type_name  # late: values imports nothing from here at load time
-
     kinds = ", ".join(type_name(a) for a in args)
     return NoSuchOverloadError(f"no such overload: {name}({kinds})")

@@ -24,7 +24,7 @@ Each library module (``strings``, ``timestamps``, ``quantity``, ...) exports:
     tuple of field names (or one string of them joined with dots); lists are
     transparent, so ``("spec", "containers", "resources", "requests")`` is that
     of every container. kpe's cache keeps only what policies read of the pods
-    bound to nodes (``engine.projection``): a call to a function with no entry
+    bound to nodes (``engine.cluster.projection``): a call to a function with no entry
     keeps each of its arguments whole, which is always correct; an entry lets
     the cache drop the rest. It must list everything the function looks at,
     presence included, and the function must not return (part of) an argument:
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .errors import no_such_overload
+from engine.cel.errors import no_such_overload
 
 Function = Callable[..., Any]
 Paths = tuple["tuple[str, ...] | str", ...]

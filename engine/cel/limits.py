@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .errors import EvalError
+from engine.cel.errors import EvalError
 
 MAX_STRING_SIZE: Final = 1 << 20
 MAX_LIST_SIZE: Final = 1_000_000
@@ -38,7 +38,7 @@ REGEX_CHARS_PER_FACTOR: Final = 4
 FIND_RESULT_UNITS: Final = 10
 # Strings up to this length take the inline fast paths of contains() and literal
 # matches() without charging the budget: the static estimate already counts a
-# field's scan at this size (cost.DEFAULT_STRING), and the check itself would cost
+# field's scan at this size (engine.cel.checker.shapes.DEFAULT_STRING), and the check itself would cost
 # more than the scan it measures.
 FREE_SCAN_CHARS: Final = 4096
 

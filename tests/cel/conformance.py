@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.cel.values import CelType, UInt, map_key, plain_key
+from engine.cel.types.values import CelType, UInt, map_key, plain_key
 
 FILES = (
     "basic comparisons conversions fields fp_math integer_math lists logic macros macros2 "
@@ -90,11 +90,11 @@ def decode(tagged: list[Any]) -> Any:
     if kind == "type":
         return CelType(tagged[1])
     if kind == "timestamp":
-        from engine.cel.timestamps import Timestamp
+        from engine.cel.ext.timestamps import Timestamp
 
         return Timestamp(int(tagged[1]), int(tagged[2]))
     if kind == "duration":
-        from engine.cel.timestamps import Duration
+        from engine.cel.ext.timestamps import Duration
 
         return Duration(int(tagged[1]) * 1_000_000_000 + int(tagged[2]))
     raise ValueError(f"unknown conformance value kind {kind!r}")

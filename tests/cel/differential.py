@@ -32,7 +32,7 @@ import yaml
 from hypothesis import strategies as st
 
 import engine.cel as cel
-from engine.cel.values import CelType, MapBoolKey, UInt
+from engine.cel.types.values import CelType, MapBoolKey, UInt
 
 KNOWN_DIFFERENCES_FILE = Path(__file__).parent / "differential_known_differences.yaml"
 

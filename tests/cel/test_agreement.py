@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import engine.cel as cel
-from engine.cel.values import Optional, UInt
+from engine.cel.types.values import Optional, UInt
 
 POD = {"metadata": {"name": "p", "labels": {"team": "ml"}}, "spec": {"priority": 5, "containers": []}}
 NODE = {"metadata": {"name": "n1", "labels": {}}}

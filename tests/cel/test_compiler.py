@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import engine.cel as cel
-from engine.cel.program import hoisting_candidates
+from engine.cel.interpreter.program import hoisting_candidates
 
 POD = {"metadata": {"name": "p", "labels": {"team": "ml", "zone": "a"}}, "spec": {"containers": [{"name": "c"}]}}
 NODE = {"metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "a"}}}

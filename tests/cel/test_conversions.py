@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.cel import conversions
+from engine.cel.types import conversions
 from engine.cel.errors import EvalError, IntOverflowError, NoSuchOverloadError
-from engine.cel.formatting import go_format_f, go_format_g
-from engine.cel.values import CelType, UInt, register_type
+from engine.cel.ext.formatting import go_format_f, go_format_g
+from engine.cel.types.values import CelType, UInt, register_type
 
 F = conversions.FUNCTIONS
 

@@ -1,4 +1,4 @@
-"""The static cost estimate (engine/cel/cost.py): comprehensions multiply by what
+"""The static cost estimate (engine/cel/checker/cost.py): comprehensions multiply by what
 they iterate, string functions cost by the strings they read, sizes come from the
 documented assumptions, and the reason names what drives the cost."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cel import cost
-from engine.cel.parser import parse
+from engine.cel.checker import cost, shapes
+from engine.cel.parser.parser import parse
 
-ROOTS = cost.kubernetes_roots({"xs": list(range(900)), "zone": "eu-west-1a"})
+ROOTS = shapes.kubernetes_roots({"xs": list(range(900)), "zone": "eu-west-1a"})
 
 
 def estimate(text: str) -> cost.Estimate:
@@ -33,12 +33,12 @@ def test_a_single_loop_over_a_known_list_costs_its_length_times_its_body() -> No
 
 
 def test_loops_over_labels_use_the_assumed_label_count() -> None:
-    assert estimate("node.metadata.labels.all(k, k != '')").reason == f"all() over {cost.LABELS_MAX} items"
+    assert estimate("node.metadata.labels.all(k, k != '')").reason == f"all() over {shapes.LABELS_MAX} items"
 
 
 def test_a_pods_containers_use_the_container_assumption_and_other_lists_the_default() -> None:
-    assert estimate("pod.spec.containers.all(c, true)").reason == f"all() over {cost.CONTAINERS_MAX} items"
-    assert estimate("node.spec.taints.all(t, true)").reason == f"all() over {cost.DEFAULT_LIST} items"
+    assert estimate("pod.spec.containers.all(c, true)").reason == f"all() over {shapes.CONTAINERS_MAX} items"
+    assert estimate("node.spec.taints.all(t, true)").reason == f"all() over {shapes.DEFAULT_LIST} items"
 
 
 def test_admission_lists_are_as_large_as_kubernetes_cluster_limits() -> None:

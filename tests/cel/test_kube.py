@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from engine import cel
-from engine.cel import cost
-from engine.cel.kube import POD_REQUEST_READS, READS
-from engine.cel.program import hoisting_candidates
-from engine.cel.quantity import Quantity, parse_quantity
-from engine.nodeinfo import node_info_map
+from engine.cel.checker import cost, shapes
+from engine.cel.ext.kube import POD_REQUEST_READS, READS
+from engine.cel.interpreter.program import hoisting_candidates
+from engine.cel.ext.quantity import Quantity, parse_quantity
+from engine.cluster.nodeinfo import node_info_map
 
 CASES = Path(__file__).resolve().parent.parent / "cases"
 
@@ -192,7 +192,7 @@ def test_a_variable_named_kube_is_still_a_variable() -> None:
 
 
 def test_static_cost_counts_what_the_helpers_visit() -> None:
-    roots = cost.kubernetes_roots()
+    roots = shapes.kubernetes_roots()
     estimates = {
         e: cost.estimate(cel.compile(e, variables=list(roots)).root, roots)[0]
         for e in (
@@ -202,12 +202,12 @@ def test_static_cost_counts_what_the_helpers_visit() -> None:
             "pods.map(p, kube.podRequests(p, 'x').asInteger()).sum()",
         )
     }
-    assert estimates["kube.podRequests(pod)"].cost == 2 * cost.CONTAINERS_MAX + 2
-    assert estimates["kube.podToleratesNodeTaints(pod, node)"].cost == cost.DEFAULT_LIST**2 + 3
+    assert estimates["kube.podRequests(pod)"].cost == 2 * shapes.CONTAINERS_MAX + 2
+    assert estimates["kube.podToleratesNodeTaints(pod, node)"].cost == shapes.DEFAULT_LIST**2 + 3
     assert "64 tolerations x 64 taints" in estimates["kube.podToleratesNodeTaints(pod, node)"].reason
-    assert estimates["kube.podNodeAffinityMatches(pod, node)"].cost > cost.DEFAULT_LIST**2
+    assert estimates["kube.podNodeAffinityMatches(pod, node)"].cost > shapes.DEFAULT_LIST**2
     over_pods = estimates["pods.map(p, kube.podRequests(p, 'x').asInteger()).sum()"]
-    assert over_pods.cost > cost.CLUSTER_PODS_MAX * 2 * cost.CONTAINERS_MAX
+    assert over_pods.cost > shapes.CLUSTER_PODS_MAX * 2 * shapes.CONTAINERS_MAX
     assert over_pods.reason == "map() over 150,000 items, each with kube.podRequests() over up to 64 containers"
     # The result of kube.podRequests(pod) is a map of at most DEFAULT_LIST resources.
     assert cost.estimate(cel.compile("kube.podRequests(pod).all(k, k != '')", variables=["pod"]).root, roots)[0].cost < 400
@@ -293,14 +293,14 @@ def test_every_helper_declares_its_reads() -> None:
 
 
 def test_kpe_cache_keeps_what_node_info_requested_reads() -> None:
-    """nodeInfo.requested is summed (engine.nodeinfo.pod_requests) over the pods kpe's cache
-    keeps; the cache's own projection of them (engine.projection.KPE_READS) must keep every
+    """nodeInfo.requested is summed (engine.cluster.nodeinfo.pod_requests) over the pods kpe's cache
+    keeps; the cache's own projection of them (engine.cluster.projection.KPE_READS) must keep every
     field the effective requests are computed from: sidecars' restartPolicy, limits (the
     API's defaulting), pod-level resources, overhead."""
-    projection = pytest.importorskip("engine.projection")
+    projection = pytest.importorskip("engine.cluster.projection")
     kpe_reads, from_paths = getattr(projection, "KPE_READS", None), getattr(projection, "from_paths", None)
     if kpe_reads is None or from_paths is None:
-        pytest.skip("engine.projection has no KPE_READS")
+        pytest.skip("engine.cluster.projection has no KPE_READS")
     assert kpe_reads.covers(from_paths(POD_REQUEST_READS))
 
 

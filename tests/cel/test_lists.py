@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from engine.cel import lists as lib
+from engine.cel.ext import lists as lib
 from engine.cel.errors import EvalError, IntOverflowError, NoSuchOverloadError
-from engine.cel.values import UInt, register_type
+from engine.cel.types.values import UInt, register_type
 
 INTS = [1, 2, 2, 3]
 DOUBLES = [1.0, 2.0, 2.0, 3.0]

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from engine.cel import network as lib
+from engine.cel.ext import network as lib
 from engine.cel.errors import EvalError, NoSuchOverloadError
-from engine.cel.values import type_name
+from engine.cel.types.values import type_name
 
 
 def ip(text: str) -> lib.IP:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from engine.cel import quantity as lib
+from engine.cel.ext import quantity as lib
 from engine.cel.errors import EvalError, NoSuchOverloadError
-from engine.cel.values import type_name
+from engine.cel.types.values import type_name
 
 MAX_INT64 = 2**63 - 1
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from engine.cel import regex as lib
+from engine.cel.ext import regex as lib
 from engine.cel.errors import EvalError, NoSuchOverloadError
-from engine.cel.values import UInt
+from engine.cel.types.values import UInt
 
 STR = "this is a 123 string 456"
 

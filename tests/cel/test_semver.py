@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from engine.cel import semver as lib
+from engine.cel.ext import semver as lib
 from engine.cel.errors import EvalError, NoSuchOverloadError
-from engine.cel.values import type_name
+from engine.cel.types.values import type_name
 
 
 def sv(text: str, *normalize: bool) -> lib.Semver:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from engine.cel import strings
+from engine.cel.ext import strings
 from engine.cel.errors import EvalError, NoSuchOverloadError
 from engine.cel.library import Library
-from engine.cel.values import CelType, UInt, register_type
+from engine.cel.types.values import CelType, UInt, register_type
 
 LIBRARY = Library([strings])
 

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.cel import operators
+from engine.cel.types import operators
 from engine.cel.errors import EvalError, IntOverflowError, NoSuchOverloadError
-from engine.cel.timestamps import FUNCTIONS, METHODS, RESULT_TYPES, Duration, Timestamp
-from engine.cel.values import type_name
+from engine.cel.ext.timestamps import FUNCTIONS, METHODS, RESULT_TYPES, Duration, Timestamp
+from engine.cel.types.values import type_name
 
 timestamp = FUNCTIONS["timestamp"]
 duration = FUNCTIONS["duration"]

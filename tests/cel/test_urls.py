@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from engine.cel import urls as lib
+from engine.cel.ext import urls as lib
 from engine.cel.errors import EvalError, NoSuchOverloadError
-from engine.cel.network import go_quote
-from engine.cel.values import type_name
+from engine.cel.ext.network import go_quote
+from engine.cel.types.values import type_name
 
 
 def url(text: str) -> lib.URL:

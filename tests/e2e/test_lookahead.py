@@ -1,5 +1,5 @@
 """kube-scheduler's prioritize after kpe's filter, answered from the answer kpe worked out
-ahead (``server.lookahead``): the real scheduler's bytes are the ones kpe expects, and the
+ahead (``server.verbs.lookahead``): the real scheduler's bytes are the ones kpe expects, and the
 placements follow scores that change with every bind."""
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""What is known of an expression before it runs: its worst-case cost."""

@@ -1,0 +1,1 @@
+"""CEL values at run time: their representation, type names, operators and conversions."""

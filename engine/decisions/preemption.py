@@ -1,0 +1,202 @@
+"""The preemption decision: which candidate nodes, with which victims, may be used.
+
+kube-scheduler proposes, per node, the pods it would evict. Its dry run
+re-runs only its own filters, never an extender's, so a node kpe's filters
+reject would have its victims evicted in vain. A node therefore stays a
+candidate only if
+
+1. every matching policy's filters pass on it with the victims taken out of
+   ``nodeInfo`` (exactly the filter decision, run on the node as it would be
+   after the evictions), and
+2. every matching Enforce policy allows the node (``preemption.node`` over
+   ``victims``) and every victim on it (``preemption.victim``).
+
+3. the reservations allow the victims (``engine.policy.reservation.preemption_veto``):
+   a placeholder only for an owner of its reservation, and for an owner of a
+   ``Required`` reservation nothing but its placeholders.
+
+A node with no victims is never a candidate. An evaluation error drops the
+node with failurePolicy Fail and is ignored with Ignore. Audit-mode policies
+are evaluated and reported, never applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import cel
+from engine.decisions.evaluation import matching_scopes, request_inputs, run_rule
+from engine.decisions.deadline import Deadline
+from engine.decisions.filtering import NO_NODE_INFO, RuleEvent, filter_nodes
+from engine.cluster.nodeinfo import NodeInfoAccumulator, pod_key
+from engine.policy.model import PolicySet
+from engine.policy.reservation import preemption_veto
+
+
+@dataclass
+class PreemptionResult:
+    generation: str
+    candidates: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
+    errors: list[RuleEvent] = field(default_factory=list)
+    audit_rejections: list[RuleEvent] = field(default_factory=list)
+    rejections: dict[str, int] = field(default_factory=dict)  # "policy/rule" -> candidate nodes it dropped
+    overdue: int = 0  # candidates decided unevaluated: the request's deadline had passed
+
+
+def victim_name(victim: Mapping[str, Any]) -> str:
+    meta = victim.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+
+
+def preempt(
+    policy_set: PolicySet,
+    pod: Mapping[str, Any],
+    candidates: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    node_info: Mapping[str, Any] | None = None,
+    now: Any = None,
+    deadline: Deadline | None = None,
+) -> PreemptionResult:
+    """Keep the candidate nodes (and their victims) that every policy allows. Past
+    ``deadline``, the candidates left are dropped when a matching Enforce policy
+    fails closed, and kept otherwise."""
+    result = PreemptionResult(policy_set.generation)
+    inputs = request_inputs(pod, now)
+    matching = matching_scopes(policy_set, pod, inputs)
+    scopes = [s for s in matching if s.policy.preemption]
+    reservations = policy_set.reservations
+    owned = frozenset(s.policy.reservation.name for s in matching if s.policy.reservation is not None)
+    # A reservation's own filter asks for a free slot, which evicting its placeholder is how
+    # an owner takes: the filters re-run after the evictions are everything else's.
+    refiltered = _filters_after_evictions(
+        policy_set.without_reservations, pod, candidates, [s for s in matching if s.policy.reservation is None], result,
+        nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline,
+    )
+    closed = [s for s in matching if s.policy.enforce and s.policy.fail_closed and (s.policy.filters or s.policy.preemption)]
+    for name, victims in candidates.items():
+        if deadline is not None and deadline.passed():
+            result.overdue += 1
+            if closed:
+                result.rejected[name] = f"{closed[0].policy.name}/(deadline): {deadline.message}"
+            else:
+                result.candidates[name] = list(victims)
+            continue
+        if not victims:
+            result.rejected[name] = "no victims: preemption would not free anything on this node"
+            continue
+        veto = preemption_veto(reservations, owned, pod, victims)
+        if veto is not None:
+            result.rejected[name] = veto[1]
+            label = veto[1].split(":", 1)[0]
+            result.rejections[label] = result.rejections.get(label, 0) + 1
+            continue
+        if name in refiltered:
+            result.rejected[name] = refiltered[name]
+            continue
+        node = (nodes or {}).get(name)
+        info = node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO
+        reason = ""
+        for scope in scopes:
+            rules = scope.policy.preemption
+            assert rules is not None
+            checks: list[tuple[str, Any, dict[str, Any]]] = []
+            if rules.node is not None:
+                checks.append(("node", rules.node, {"node": node, "nodeInfo": info, "victims": list(victims)}))
+            if rules.victim is not None:
+                checks += [(f"victim {victim_name(v)}", rules.victim, {"node": node, "nodeInfo": info, "victim": v}) for v in victims]
+            for what, expr, inputs in checks:
+                outcome = run_rule(scope, expr, inputs, {}, rule=what, kind="preemption", timed=False)
+                error = outcome.error
+                if error is None and not isinstance(outcome.value, bool):
+                    error = f"preemption rule must give a bool, got {cel.type_name(outcome.value)}"
+                label = f"{scope.policy.name}/preemption.{what.split(' ')[0]}"
+                rule = what.split(" ")[0]  # "node" or "victim": one metric label per rule, not per pod
+                if error is not None:
+                    result.errors.append(RuleEvent(scope.policy.name, rule, name, f"{what}: {error}" if rule == "victim" else error))
+                    denied = scope.policy.fail_closed
+                    message = f"{label}: evaluation error: {error}"
+                else:
+                    denied = outcome.value is False
+                    message = f"{label}: {what} may not be preempted" if what != "node" else f"{label}: node is not a preemption candidate"
+                if not denied:
+                    continue
+                if not scope.policy.enforce:
+                    result.audit_rejections.append(RuleEvent(scope.policy.name, rule, name, message))
+                    continue
+                reason = message
+                break
+            if reason:
+                break
+        if reason:
+            result.rejected[name] = reason
+            label = reason.split(":", 1)[0]
+            result.rejections[label] = result.rejections.get(label, 0) + 1
+        else:
+            result.candidates[name] = list(victims)
+    return result
+
+
+AFTER_EVICTIONS = "still rejected with the victims evicted: "
+
+
+def _filters_after_evictions(
+    policy_set: PolicySet,
+    pod: Mapping[str, Any],
+    candidates: Mapping[str, Sequence[Mapping[str, Any]]],
+    matching: Sequence[Any],
+    result: PreemptionResult,
+    *,
+    nodes: Mapping[str, Mapping[str, Any]],
+    node_info: Mapping[str, Any] | None,
+    now: Any,
+    deadline: Deadline | None = None,
+) -> dict[str, str]:
+    """The candidate nodes the filters still reject once the victims are gone,
+    with the reason. Runs the filter decision itself (same order, messages,
+    failurePolicy and Audit handling) on ``nodeInfo`` without the victims."""
+    enforced = [s for s in matching if s.policy.enforce and s.policy.filters]
+    if not any(s.policy.filters for s in matching):
+        return {}
+    rejected: dict[str, str] = {}
+    known: list[Mapping[str, Any]] = []
+    after: dict[str, Any] = {}
+    for name, victims in candidates.items():
+        if not victims:
+            continue
+        node = nodes.get(name)
+        if node is None:
+            # No node object, no filter verdict: an unknown answer is an error, and
+            # failurePolicy decides, as for any rule that cannot be evaluated.
+            if any(s.policy.fail_closed for s in enforced):
+                policy = next(s.policy for s in enforced if s.policy.fail_closed)
+                rejected[name] = f"{policy.name}: node {name} is not in kpe's node cache, so its filters cannot be checked after the evictions"
+            continue
+        known.append(node)
+        if node_info is not None:
+            after[name] = without_victims(node_info.get(name), victims)
+    if not known:
+        return rejected
+    verdict = filter_nodes(policy_set, pod, known, node_info=after if node_info is not None else None, now=now, deadline=deadline)
+    result.overdue += verdict.overdue
+    result.errors.extend(verdict.errors)
+    result.audit_rejections.extend(verdict.audit_rejections)
+    for label, n in verdict.rejections.items():
+        result.rejections[label] = result.rejections.get(label, 0) + n
+    for name, reason in {**verdict.failed, **verdict.unresolvable}.items():
+        rejected[name] = AFTER_EVICTIONS + reason
+    return rejected
+
+
+def without_victims(info: Mapping[str, Any] | None, victims: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``nodeInfo`` as it would be once ``victims`` are evicted."""
+    gone = {pod_key(v) for v in victims}
+    acc = NodeInfoAccumulator()
+    for p in (info or {}).get("pods") or []:
+        key = pod_key(p)
+        if key not in gone:
+            acc.add(key, p)
+    return acc.view()

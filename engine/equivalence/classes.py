@@ -1,0 +1,424 @@
+"""Equivalence classes: pods the policies cannot tell apart get the same answer
+on the same node, so per-node results are kept and reused.
+
+kube-scheduler places the replicas of a Deployment or Job one after another,
+and each asks kpe about every node again. Two pods are *equivalent* for a
+request when the same policies match them and every pod field their filter,
+score, variable and message expressions read is equal (``pod.metadata.name``
+counts only if a policy reads it). For one class, kpe keeps each node's result
+together with the node object and ``nodeInfo`` object it was computed from; the
+cluster cache replaces those objects whenever they change, so an identity check
+tells a current result from a stale one without hashing anything.
+
+Rules that read ``now`` run on every request (the filter replays the
+remembered rules around them in the same order, so the verdict and reason
+are exactly those of a full evaluation), except on nodes where the operands
+of a top-level ``||`` that do not read ``now`` already hold. The rules
+themselves are bound once per class. Results are kept for one policy-set
+generation only, for at most ``classes`` classes (least recently used go
+first).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import and_, is_
+from typing import TYPE_CHECKING, Any
+
+
+from engine.cluster.nodeinfo import NodesByName, NodeState, node_name, node_names
+from engine.equivalence.reads import PolicyReads, pod_fingerprint
+from engine.equivalence.reads import Path as Path
+
+if TYPE_CHECKING:
+    from engine.decisions.evaluation import Outcome, PolicyScope
+    from engine.policy.model import Policy
+
+
+
+class TrackedNodeInfo(dict[str, Any]):
+    """``nodeInfo`` per node name that also tells which nodes' entries were
+    replaced since a version, so the equivalence cache need not compare every
+    node's entry on every request. Whoever fills it calls ``replaced(name)``
+    after replacing or removing an entry."""
+
+    def __init__(self, *, history: int = 4096) -> None:
+        super().__init__()
+        self.version = 0
+        self._log: deque[tuple[int, str, bool]] = deque(maxlen=history)
+
+    def replaced(self, name: str, *, node: bool = True) -> None:
+        """``name``'s entry was replaced or removed; ``node=False`` when its node object is the
+        same as before (only its pods changed: the bind of a pod, what happens most)."""
+        self.version += 1
+        self._log.append((self.version, name, node))
+
+    def changed_since(self, version: int, *, nodes_only: bool = False) -> set[str] | None:
+        """Names whose entry changed after ``version`` (``nodes_only``: whose node object did);
+        None when that is too long ago to tell."""
+        if version == self.version:
+            return set()
+        if not self._log or self._log[0][0] > version + 1:
+            return None
+        names: set[str] = set()
+        for v, name, node in reversed(self._log):  # newest first: stop at the first entry already seen
+            if v <= version:
+                break
+            if node or not nodes_only:
+                names.add(name)
+        return names
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The nodes of the class's last request and their results, position by
+    position, plus whatever the verb derived from them (``derived``)."""
+
+    names: list[str]
+    nodes: Sequence[Any]
+    infos: list[Any]
+    results: list[Any]
+    derived: Any = None
+    info_version: int | None = None  # TrackedNodeInfo.version the infos were read at
+    info_map: Any = None  # the TrackedNodeInfo they were read from
+    positions: dict[str, int] | None = None  # name -> position, built when first needed
+    states: Mapping[str, NodeState] | None = None  # the states by name (``lookup_names``)
+
+    def position(self) -> dict[str, int]:
+        if self.positions is None:
+            self.positions = {name: i for i, name in enumerate(self.names)}
+        return self.positions
+
+
+@dataclass(slots=True)
+class Lookup:
+    names: list[str]
+    infos: list[Any] | None
+    results: list[Any]
+    hits: int
+    changed: list[int] | None  # positions whose result differs from ``previous``'s; None: no usable previous
+    previous: Snapshot | None
+    states: Mapping[str, NodeState] | None = None  # with ``lookup_names``: the states by name (``infos`` is then None)
+    unknown: list[str] = field(default_factory=list)  # with ``lookup_names``: names left out, not known
+
+    def node(self, i: int, nodes: Any) -> Any:
+        """The node at position ``i`` now (``nodes`` when they were given)."""
+        return self.states[self.names[i]].node if self.states is not None else nodes[i]
+
+    def info(self, i: int) -> Any:
+        """The nodeInfo at position ``i`` now."""
+        if self.states is not None:
+            return self.states[self.names[i]].info
+        assert self.infos is not None
+        return self.infos[i]
+
+
+class Offload(Exception):
+    """More nodes need evaluating than the caller allowed (``max_misses``): raised before
+    anything is computed or remembered, so the caller can run the request elsewhere (kpe's
+    server answers cheap requests on its event loop and hands the rest to its worker thread)."""
+
+    def __init__(self, misses: int) -> None:
+        super().__init__(f"{misses} nodes to evaluate")
+        self.misses = misses
+
+
+class ClassMemo:
+    """Remembered per-node results of one pod class for one verb.
+
+    The scheduler sends the same node list for pod after pod, so the last
+    request's list is kept as a snapshot: comparing object identities position
+    by position (in C, through ``map``) finds the few nodes that changed, and
+    only those are looked up or computed again. A verb keeps what it derived
+    from the results (its answer) in the snapshot and patches it at the changed
+    positions, so an unchanged cluster costs no Python work per node.
+    """
+
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "unencoded", "info_blind")
+
+    def __init__(self, *, info_blind: bool = False) -> None:
+        # Per node name: the node and nodeInfo objects a result was computed from, and the
+        # result. Three dicts rather than one of tuples, so a whole window is checked in C.
+        self.node_of: dict[str, Any] = {}
+        self.info_of: dict[str, Any] = {}
+        self.result_of: dict[str, Any] = {}
+        # Per node name (``lookup_names``), forgotten as the change log names them; ``synced``:
+        # the log's version they were last brought up to.
+        self.by_name: dict[str, Any] = {}
+        self.synced: int | None = None
+        self.snapshot: Snapshot | None = None
+        # The verb's rules bound to the class's first pod: every pod of the class
+        # gives them the same values (rules that read now are bound per request).
+        self.bound: Any = None
+        # Whether any result computed for the class had errors or Audit rejections to replay:
+        # until one has, the verbs skip looking for them.
+        self.eventful = False
+        self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each
+        self.unencoded = False  # whether a score was remembered without its encoded entry
+        # No rule of the class reads nodeInfo: a node's result outlives changes of its pods, so
+        # the bind of a pod (one node's nodeInfo replaced) costs the class no evaluation.
+        self.info_blind = info_blind
+
+    def lookup(
+        self,
+        nodes: Sequence[Any],
+        node_info: Mapping[str, Any] | None,
+        missing: Any,
+        compute: Callable[[Any, Any, str], Any],
+        *,
+        names: list[str] | None = None,
+        max_misses: int | None = None,
+    ) -> Lookup:
+        """Each node's result, in order (``compute(node, info, name)`` for the ones not remembered).
+        ``names``, when the caller has them (the request's node names), are the nodes' names in order.
+        With ``max_misses``, more nodes than that to compute raise ``Offload`` first."""
+        previous = self.snapshot
+        if previous is not None and previous.states is not None:
+            previous = None  # the last request was looked up by state: nothing to patch from
+        changed: list[int] | None = None
+        version = node_info.version if isinstance(node_info, TrackedNodeInfo) else None
+        same: list[bool] | None = None
+        moved: list[int] | None = []
+        if previous is not None and len(previous.nodes) == len(nodes):
+            # None: the caller passed the very list of last time (it resolved the same names again).
+            same = None if nodes is previous.nodes else list(map(is_, nodes, previous.nodes))
+            # Counted in C first: another window of the same length (kube-scheduler's next pod)
+            # moves nearly every position, and listing them one by one would be wasted.
+            if same is not None:
+                moved = _falses(same) if same.count(False) * 8 <= len(nodes) else None
+        # Patching the last list pays when few positions moved; another window goes to the
+        # general path below, which works in C.
+        if previous is not None and len(previous.nodes) == len(nodes) and moved is not None:
+            names = previous.names
+            if moved:
+                names = names.copy()
+                for i in moved:
+                    names[i] = node_name(nodes[i])
+            replaced = None
+            if (
+                isinstance(node_info, TrackedNodeInfo)
+                and previous.info_map is node_info
+                and previous.info_version is not None
+                and all(names[i] == previous.names[i] for i in moved)
+            ):
+                replaced = node_info.changed_since(previous.info_version)
+            if replaced is not None:
+                # Only the replaced entries and the changed nodes need a look.
+                assert node_info is not None
+                names = previous.names  # the same names, position by position
+                index = previous.position()
+                changed = sorted(set(moved) | {index[name] for name in replaced if name in index})
+                infos = previous.infos
+                if changed:
+                    infos = infos.copy()
+                    for i in changed:
+                        infos[i] = node_info.get(names[i], missing)
+                positions = previous.positions
+            else:
+                infos = _infos(node_info, names, missing)
+                identical = map(is_, infos, previous.infos)
+                changed = _falses(list(identical if same is None else map(and_, same, identical)))
+                positions = None
+            if max_misses is not None and len(changed) > max_misses:
+                raise Offload(len(changed))
+            results = previous.results.copy()
+            todo: Iterable[int] = changed
+            hits = len(nodes) - len(changed)
+        else:
+            # Another list of names (kube-scheduler sends each pod a different window): compare
+            # every node's objects with those its result came from, in C, and compute the stale.
+            names = names if names is not None else node_names(nodes)
+            infos = _infos(node_info, names, missing)
+            results = list(map(self.result_of.get, names))
+            fresh = map(and_, map(is_, map(self.node_of.get, names), nodes), map(is_, map(self.info_of.get, names), infos))
+            todo = _falses(list(fresh))
+            if max_misses is not None and len(todo) > max_misses:
+                raise Offload(len(todo))
+            hits = len(names) - len(todo)
+            positions = None
+        node_of, info_of, result_of = self.node_of, self.info_of, self.result_of
+        for i in todo:
+            name, node, info = names[i], nodes[i], infos[i]
+            if node_of.get(name) is node and info_of.get(name) is info:
+                results[i] = result_of[name]
+                hits += 1
+            else:
+                results[i] = result = compute(node, info, name)
+                node_of[name], info_of[name], result_of[name] = node, info, result
+        self.snapshot = Snapshot(names, nodes, infos, results, info_version=version, info_map=node_info if version is not None else None, positions=positions)
+        # Deleted nodes would otherwise stay for ever. The bound follows the cluster, not this
+        # request: kube-scheduler sends a different window of ~40% of the nodes for each pod, and
+        # a bound of twice the window made the class forget every node outside it.
+        cluster = len(node_info) if node_info is not None else len(names)
+        if len(result_of) > 2 * max(cluster, len(names)) + 64:
+            keep = node_info if node_info is not None else dict.fromkeys(names)
+            for name in [name for name in result_of if name not in keep]:
+                del node_of[name], info_of[name], result_of[name]
+        return Lookup(names, infos, results, hits, changed, previous)
+
+
+    def lookup_nodes(
+        self,
+        nodes: Sequence[Any] | NodesByName,
+        node_info: Mapping[str, Any] | None,
+        missing: Any,
+        compute: Callable[[Any, Any, str], Any],
+        *,
+        names: list[str] | None = None,
+        max_misses: int | None = None,
+    ) -> Lookup:
+        """``lookup_names`` for nodes given by name (with the TrackedNodeInfo that logs their
+        changes), ``lookup`` for nodes given as objects."""
+        if isinstance(nodes, NodesByName):
+            assert isinstance(node_info, TrackedNodeInfo)
+            return self.lookup_names(nodes.names, nodes.states, node_info, compute, max_misses=max_misses)
+        return self.lookup(nodes, node_info, missing, compute, names=names, max_misses=max_misses)
+
+    def lookup_names(
+        self,
+        names: list[str],
+        states: Mapping[str, NodeState],
+        changes: TrackedNodeInfo,
+        compute: Callable[[Any, Any, str], Any],
+        *,
+        max_misses: int | None = None,
+    ) -> Lookup:
+        """``lookup`` for nodes given by name: ``states`` holds each known node's current
+        ``NodeState``, and ``changes`` logs every name whose state was replaced (a
+        TrackedNodeInfo whose entries are replaced whenever their node changes too). Results
+        are remembered per name and forgotten when the log names them, so a window of names
+        costs one lookup per name, in C, and the nodes are resolved only where a result is
+        computed. Names ``states`` does not know are left out and listed in ``unknown``."""
+        version = changes.version
+        gone = changes.changed_since(self.synced, nodes_only=self.info_blind) if self.synced is not None else None
+        by_name = self.by_name
+        if gone is None:
+            by_name.clear()  # too long ago to tell what changed
+        else:
+            for name in gone:
+                by_name.pop(name, None)
+        # Read before the results: a change logged meanwhile is forgotten again next time.
+        self.synced = version
+        previous = self.snapshot
+        results = list(map(by_name.get, names))
+        todo = list(compress(range(len(results)), map(is_, results, repeat(None))))
+        if max_misses is not None and len(todo) > max_misses:
+            raise Offload(len(todo))
+        unknown: list[int] = []
+        for i in todo:
+            state = states.get(names[i])
+            if state is None:
+                unknown.append(i)
+                continue
+            # A state replaced while this is computed is logged, and forgotten at the next sync.
+            results[i] = by_name[state.name] = compute(state.node, state.info, state.name)
+        hits = len(names) - len(todo)
+        missing = [names[i] for i in unknown]
+        if unknown:
+            known = [True] * len(names)
+            for i in unknown:
+                known[i] = False
+            names, results = list(compress(names, known)), list(compress(results, known))
+        changed: list[int] | None = None
+        if previous is not None and previous.states is not None and not gone and not todo and names == previous.names:
+            changed = []  # the very same answer as last time (a small cluster sends every node, every time)
+        self.snapshot = Snapshot(names, [], [], results, states=states)
+        return Lookup(names, None, results, hits, changed, previous if changed is not None else None, states, missing)
+
+
+def _infos(node_info: Mapping[str, Any] | None, names: list[str], missing: Any) -> list[Any]:
+    """Each name's nodeInfo, looked up in C."""
+    return list(map(node_info.get, names, repeat(missing))) if node_info is not None else [missing] * len(names)
+
+
+def _falses(flags: list[bool]) -> list[int]:
+    """Positions of the False entries, found by ``list.index`` (a scan in C)."""
+    found: list[int] = []
+    start = 0
+    try:
+        while True:
+            start = flags.index(False, start)
+            found.append(start)
+            start += 1
+    except ValueError:
+        return found
+
+
+class EquivalenceCache:
+    """Per-node results for the most recently used pod classes of one generation."""
+
+    def __init__(self, *, classes: int = 16) -> None:
+        self.classes = classes
+        self._generation = ""
+        self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
+        self._reads: dict[str, PolicyReads] = {}
+        self._paths: dict[tuple[str, ...], tuple[Path, ...]] = {}
+        # (policy name, pod fingerprint) -> (the policy, its match outcome); the policy object tells
+        # a new generation's policy of the same name from the old one.
+        self._matches: dict[tuple[str, bytes], tuple[Policy, Outcome]] = {}
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    def table(self, *, generation: str, verb: str, scopes: Sequence[PolicyScope], pod: Mapping[str, Any]) -> ClassMemo | None:
+        """The remembered results of ``pod``'s class for ``verb``, or None when the
+        pod's fields cannot be fingerprinted (the caller then evaluates everything)."""
+        if self.classes <= 0:
+            return None
+        if generation != self._generation:
+            self._generation = generation
+            self._tables.clear()
+            self._reads.clear()
+            self._paths.clear()
+            self._matches.clear()
+        names = tuple(s.policy.name for s in scopes)
+        paths = self._paths.get(names)
+        if paths is None:
+            read: set[Path] = set()
+            for scope in scopes:
+                read |= self.reads(scope.policy).pod_paths
+            paths = self._paths[names] = tuple(sorted(read))
+        fingerprint = pod_fingerprint(pod, paths)
+        if fingerprint is None:
+            return None
+        key = (verb, names, fingerprint)
+        table = self._tables.get(key)
+        if table is None:
+            blind = not any(self.reads(s.policy).reads_node_info(verb) for s in scopes)
+            table = self._tables[key] = ClassMemo(info_blind=blind)
+            while len(self._tables) > 2 * self.classes:  # a filter and a score table per class
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(key)
+        return table
+
+    def match(self, policy: Policy, pod: Mapping[str, Any], evaluate: Callable[[], Outcome]) -> Outcome:
+        """The outcome of ``policy``'s match expression for ``pod``: remembered for pods that
+        agree on every field the policy reads (match expression, variables and rules: a
+        superset of what the match reads), unless it reads ``now``. Replicas of one pod
+        template share it, so a request no longer binds and runs every match expression."""
+        reads = self.reads(policy)
+        if self.classes <= 0 or reads.match_paths is None:
+            return evaluate()
+        fingerprint = pod_fingerprint(pod, reads.match_paths)
+        if fingerprint is None:
+            return evaluate()
+        key = (policy.name, fingerprint)
+        found = self._matches.get(key)
+        if found is None or found[0] is not policy:
+            if len(self._matches) >= MATCHES_KEPT:
+                self._matches.clear()
+            found = self._matches[key] = (policy, evaluate())
+        return found[1]
+
+    def reads(self, policy: Policy) -> PolicyReads:
+        found = self._reads.get(policy.name)
+        if found is None or found.policy is not policy:  # a new generation's policy of the same name
+            found = self._reads[policy.name] = PolicyReads(policy)
+        return found
+
+
+MATCHES_KEPT = 4096  # remembered match outcomes, all forgotten at once past this

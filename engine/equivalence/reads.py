@@ -1,0 +1,178 @@
+"""What a policy's expressions read: the pod fields that make two pods equivalent for it,
+whether its rules read ``nodeInfo`` or the clock, and the part of a rule that holds
+whatever the time (its guard). Worked out once per policy from the compiled syntax trees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from engine import cel
+from engine.cel.parser import ast
+from engine.policy.model import Expression, Policy
+
+Path = tuple[str, ...]
+
+
+class PolicyReads:
+    """What one policy's node-facing expressions read of the pod, and which of its rules read the clock."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        expressions: list[Expression] = [v.expression for v in policy.variables]
+        for rule in policy.filters:
+            expressions.append(rule.expression)
+            if rule.message_expression is not None:
+                expressions.append(rule.message_expression)
+        expressions += [rule.expression for rule in policy.scores]
+        self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root))
+        # The compiler flags filter rules that read nodeInfo; their messages and the scores are looked at here.
+        self._node_info = {
+            "filter": any(rule.reads_node_info or (rule.message_expression is not None and _reads_node_info(policy, rule.message_expression)) for rule in policy.filters),
+            "score": any(_reads_node_info(policy, rule.expression) for rule in policy.scores),
+        }
+        self._timed: dict[str, bool] = {}
+        self._guards: dict[str, Expression | None] = {}
+        match = policy.match.expression
+        # What a match expression's outcome is remembered by (None: it reads now, so never).
+        self.match_paths: tuple[Path, ...] | None = None
+        if match is not None and not self.timed(match):
+            self.match_paths = tuple(sorted(self.pod_paths | frozenset(pod_paths(match.root))))
+
+    def reads_node_info(self, verb: str) -> bool:
+        """Whether the policy's rules for ``verb`` (filter or score) read ``nodeInfo``,
+        directly or through a variable (any other verb: assumed so)."""
+        return self._node_info.get(verb, True)
+
+    def timed(self, *expressions: Expression | None) -> bool:
+        """Whether any of the expressions reads ``now``, directly or through a policy variable."""
+        return any(e is not None and self._reads_now(e) for e in expressions)
+
+    def _reads_now(self, expr: Expression) -> bool:
+        found = self._timed.get(expr.path)
+        if found is None:
+            self._timed[expr.path] = False  # variables cannot form cycles (the compiler checks), this only guards
+            found = "now" in ast.free_variables(expr.root) or any(self._reads_now(self.policy.variable(v).expression) for v in expr.variables)
+            self._timed[expr.path] = found
+        return found
+
+
+    def guard(self, expr: Expression) -> Expression | None:
+        """For a rule ``a || b(now) || ...``: the operands that do not read ``now``
+        (``a || ...``) as an expression of their own. When it is true for a node,
+        the rule is true whatever the time (CEL's ``||`` is true as soon as one
+        operand is, errors in the others notwithstanding), so the node's result
+        can be remembered. None when the rule has no such operand."""
+        if expr.path in self._guards:
+            return self._guards[expr.path]
+        guard = None
+        root = expr.root
+        if isinstance(root, ast.Logical) and root.op == "||":
+            timeless = tuple(op for op in root.operands if not self._operand_reads_now(op))
+            if timeless:
+                guard_root = timeless[0] if len(timeless) == 1 else ast.Logical("||", timeless, offset=root.offset)
+                program = cel.Program(expr.text, variables=expr.parameters, library=cel.default_library(), check=False, root=guard_root)
+                guard = Expression(
+                    text=expr.text,
+                    program=program,
+                    path=expr.path + " (the operands that do not read now)",
+                    location=expr.location,
+                    variables=expr.variables,
+                    parameters=expr.parameters,
+                    root=guard_root,
+                )
+        self._guards[expr.path] = guard
+        return guard
+
+    def _operand_reads_now(self, node: ast.Node) -> bool:
+        free = ast.free_variables(node)
+        if "now" in free:
+            return True
+        return "variables" in free and any(self._reads_now(self.policy.variable(v).expression) for v in _variables_read(node))
+
+
+def _reads_node_info(policy: Policy, expr: Expression) -> bool:
+    # As the compiler judges a filter rule (FilterRule.reads_node_info).
+    return "nodeInfo" in expr.program.free_variables or any(v.reads_node_info for v in policy.variables if v.name in expr.variables)
+
+
+def _variables_read(node: ast.Node) -> set[str]:
+    if isinstance(node, (ast.Select, ast.Has)) and isinstance(node.operand, ast.Ident) and node.operand.name == "variables":
+        return {node.field}
+    found: set[str] = set()
+    for child in ast.children(node):
+        found |= _variables_read(child)
+    return found
+
+
+def pod_paths(root: ast.Node) -> Iterable[Path]:
+    """Field paths below ``pod`` that an expression reads: ``pod.spec.?containers``
+    gives ``("spec", "containers")``; a use of ``pod`` itself gives ``()``, except as the
+    argument of a function that declares what it reads (``READS`` in ``engine.cel.library``):
+    ``kube.podRequests(pod)`` reads ``pod.spec``'s containers, overhead and resources, not the
+    pod's name, so replicas stay one class."""
+    path = _chain(root)
+    if path is not None:
+        yield path
+        return
+    declared = _declared_reads(root)
+    if declared is not None:
+        for arg, paths in declared:
+            head = _chain(arg)
+            if head is None or paths is None:
+                yield from pod_paths(arg)
+                continue
+            for read in paths:
+                steps = tuple(read.split(".")) if isinstance(read, str) else tuple(read)
+                # A fingerprint follows maps only, and a declared path may pass through a list
+                # (containers): two steps name a field of the pod's spec or metadata, whole.
+                yield (*head, *steps)[: len(head) + FINGERPRINT_DEPTH]
+        return
+    for child in ast.children(root):
+        yield from pod_paths(child)
+
+
+FINGERPRINT_DEPTH = 2
+
+
+def _declared_reads(node: ast.Node) -> list[tuple[ast.Node, Any]] | None:
+    """(argument, declared paths or None) of a call to a namespaced function with a READS entry."""
+    if not isinstance(node, ast.Call) or not isinstance(node.target, ast.Ident):
+        return None
+    reads = cel.default_library().reads.get(f"{node.target.name.lstrip('.')}.{node.function}")
+    if reads is None:
+        return None
+    return [(arg, reads[i] if i < len(reads) else None) for i, arg in enumerate(node.args)]
+
+
+def _chain(node: ast.Node) -> Path | None:
+    match node:
+        case ast.Ident(name="pod"):
+            return ()
+        case ast.Select(operand=operand, field=name) | ast.Has(operand=operand, field=name):
+            head = _chain(operand)
+            return None if head is None else (*head, name)
+        case ast.Index(operand=operand, index=ast.Literal(value=str() as name)):
+            head = _chain(operand)
+            return None if head is None else (*head, name)
+    return None
+
+
+def pod_fingerprint(pod: Mapping[str, Any], paths: Sequence[Path]) -> bytes | None:
+    """The values at ``paths`` as canonical JSON (None if they are not plain JSON)."""
+    values: list[Any] = []
+    for i, path in enumerate(paths):
+        value: Any = pod
+        for name in path:
+            if not isinstance(value, Mapping) or name not in value:
+                break
+            value = value[name]
+        else:
+            values.append((i, value))
+    try:
+        return orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None

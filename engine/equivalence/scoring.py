@@ -1,0 +1,100 @@
+"""The score decision with the equivalence cache around it: a node's score is reused
+for pods of the same equivalence class while the node and its ``nodeInfo`` are the same
+objects (``engine.equivalence.classes``); the decision itself
+(``engine.decisions.scoring``) knows nothing of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from itertools import compress
+from operator import attrgetter
+from typing import Any
+
+from engine.cluster.nodeinfo import NodesByName, node_names
+from engine.decisions.deadline import Deadline, Overdue
+from engine.decisions.filtering import NO_NODE_INFO
+from engine.decisions.scoring import NodeScore, ScoreRequest, ScoreResult, score_node
+from engine.equivalence.classes import EquivalenceCache, Offload, TrackedNodeInfo
+from engine.policy.model import PolicySet
+
+_ERRORS, _ENCODED = attrgetter("errors"), attrgetter("encoded")
+
+
+def score_nodes(
+    policy_set: PolicySet,
+    pod: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]] | NodesByName,
+    *,
+    node_info: Mapping[str, Any] | None = None,
+    now: Any = None,
+    explain: bool = False,
+    memo: EquivalenceCache | None = None,
+    deadline: Deadline | None = None,
+    names: list[str] | None = None,
+    max_misses: int | None = None,
+    encode: Callable[[str, int], bytes] | None = None,
+) -> ScoreResult:
+    """``engine.decisions.scoring.score_nodes`` with the equivalence cache. With ``memo`` (and no score rule reading ``now``),
+    a node's score is reused for pods of the same equivalence class while the node
+    and its ``nodeInfo`` are the same objects (see ``engine.equivalence.classes``). With
+    ``max_misses``, a request that would evaluate more nodes than that raises
+    ``Offload`` before evaluating any. With ``encode`` (and the cache), each node's
+    ``encode(name, score)`` is kept with its score and ``encoded`` lists them in
+    order: an answer assembled without per-node work on a hit. ``nodes`` given by
+    name: as for ``filter_nodes`` (unknown names are left out and listed in ``unknown``)."""
+    request = ScoreRequest.of(policy_set, pod, now=now, explain=explain, match_memo=memo.match if memo is not None else None)
+    result, rules, counts = request.result, request.rules, request.counts
+    table = None
+    if memo is not None and not explain and not any(memo.reads(scope.policy).timed(rule.expression) for scope, rule in rules):
+        table = memo.table(generation=policy_set.generation, verb="score", scopes=request.scopes, pod=pod)
+    if isinstance(nodes, NodesByName) and (table is None or not isinstance(node_info, TrackedNodeInfo)):
+        nodes, result.unknown = nodes.resolve()
+    if max_misses is not None and table is None and rules and len(nodes) > max_misses:
+        raise Offload(len(nodes))
+    if table is None:
+        assert not isinstance(nodes, NodesByName)
+        return request.evaluate(nodes, node_info, deadline)
+    memo_table = table
+
+    def scored(node: Any, info: Any, name: str) -> NodeScore:
+        if deadline is not None:
+            deadline.check()  # raises Overdue: nothing past the deadline is remembered
+        # The rules bound to the class's first pod serve the whole class.
+        if memo_table.bound is None:
+            memo_table.bound = request.bind()
+        outcome = score_node(memo_table.bound, counts, node, info, name, explain=False)
+        if encode is not None:
+            outcome.encoded = encode(name, outcome.score)
+        else:
+            memo_table.unencoded = True
+        if outcome.errors:
+            memo_table.eventful = True
+        return outcome
+
+    try:
+        found = table.lookup_nodes(nodes, node_info, NO_NODE_INFO, scored, names=names, max_misses=max_misses)
+        result.unknown = found.unknown
+    except Overdue:
+        # Past the deadline a rule counts as failed to evaluate: 0, or left out of the mean.
+        result.scores = dict.fromkeys(nodes.names if isinstance(nodes, NodesByName) else node_names(nodes), 0)
+        result.overdue = len(result.scores)
+        result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule), n in zip(rules, counts)]
+        return result
+    result.memo_hits, result.memo_misses = found.hits, len(found.names) - found.hits
+    previous = found.previous
+    if found.changed == [] and previous is not None and previous.derived is not None:
+        eventful = previous.derived  # nothing changed: the same answer
+    else:
+        eventful = list(compress(range(len(found.results)), map(_ERRORS, found.results))) if table.eventful else []
+    assert table.snapshot is not None
+    table.snapshot.derived = eventful
+    # Another window of names comes with nearly every pod: the scores by name are built
+    # only if asked for (in C then: zip, map), the answer is joined from the entries.
+    result.defer(found.names, found.results)
+    if encode is not None:
+        # Not when some result was remembered without its entry (a caller without ``encode``).
+        result.encoded = None if table.unencoded else list(map(_ENCODED, found.results))
+    for i in eventful:
+        result.errors += found.results[i].errors
+    return request.finish()

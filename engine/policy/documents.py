@@ -1,0 +1,121 @@
+"""YAML files to plain data, remembering where every value came from.
+
+PyYAML's composer keeps start marks on nodes; kpe builds plain dicts and lists
+from them and records ``path → position`` so schema and CEL errors can point
+at a line and column. Duplicate mapping keys, which PyYAML silently
+overwrites, are reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from engine.errors import Location, PolicyError
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Position:
+    line: int  # 1-based
+    column: int  # 1-based
+    style: str | None = None  # scalar style: None plain, "'" '"' "|" ">"
+
+
+@dataclass
+class Document:
+    """One YAML document of a file."""
+
+    file: str
+    index: int
+    data: Any
+    positions: dict[Path, Position] = field(default_factory=dict)
+    key_positions: dict[Path, Position] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list, repr=False)
+
+    def location(self, path: Path, *, key: bool = False) -> Location:
+        """The closest recorded position of ``path`` (walking up to its parents)."""
+        table = self.key_positions if key else self.positions
+        probe = path
+        while True:
+            pos = table.get(probe) or self.positions.get(probe)
+            if pos is not None:
+                return Location(self.file, pos.line, pos.column)
+            if not probe:
+                return Location(self.file, 1, 1)
+            probe = probe[:-1]
+
+
+def format_path(path: Path) -> str:
+    """``("spec", "filters", 2, "expression")`` → ``spec.filters[2].expression``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def load_documents(text: str, file: str) -> tuple[list[Document], list[PolicyError]]:
+    """Every non-empty document in ``text``; YAML errors are returned, not raised."""
+    docs: list[Document] = []
+    errors: list[PolicyError] = []
+    try:
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
+        problem = " ".join(part for part in (exc.context, exc.problem) if part)
+        return [], [PolicyError("KPE101", f"invalid YAML: {problem}", loc)]
+    except yaml.YAMLError as exc:
+        return [], [PolicyError("KPE101", f"invalid YAML: {exc}", Location(file, 1, 1))]
+    for index, node in enumerate(nodes):
+        if node is None:
+            continue
+        doc = Document(file=file, index=index, data=None, lines=text.split("\n"))
+        builder = _Builder(doc, errors)
+        doc.data = builder.build(node, ())
+        if doc.data is None:
+            continue
+        docs.append(doc)
+    return docs, errors
+
+
+class _Builder:
+    def __init__(self, doc: Document, errors: list[PolicyError]) -> None:
+        self.doc = doc
+        self.errors = errors
+        self.constructor = yaml.SafeLoader("")
+
+    def build(self, node: yaml.Node, path: Path) -> Any:
+        style = getattr(node, "style", None)
+        self.doc.positions[path] = Position(node.start_mark.line + 1, node.start_mark.column + 1, style)
+        if isinstance(node, yaml.MappingNode):
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                key = self.constructor.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    key = str(key)
+                key = key if isinstance(key, str) else str(key)
+                child = (*path, key)
+                key_pos = Position(key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                if key in out:
+                    self.errors.append(
+                        PolicyError(
+                            "KPE102",
+                            f"duplicate key {key!r} (YAML would silently keep only the last)",
+                            Location(self.doc.file, key_pos.line, key_pos.column),
+                            path=format_path(child),
+                        )
+                    )
+                self.doc.key_positions[child] = key_pos
+                out[key] = self.build(value_node, child)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        value = self.constructor.construct_object(node, deep=True)
+        # Dates and times stay text: policies compare them with CEL, not PyYAML's types.
+        if not isinstance(value, (str, int, float, bool)) and value is not None:
+            return str(node.value)
+        return value

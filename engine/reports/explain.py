@@ -1,0 +1,114 @@
+"""One report of everything the policies decide for a pod: which policies
+match, the admission gates, and per node the filter verdict with the failing
+rule, each score contribution and the final score. ``kpe explain`` prints it;
+the server returns it from ``POST /apis/v1/explain``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.decisions.admission import AdmissionResult, admit
+from engine.decisions.evaluation import current_time
+from engine.decisions.filtering import FilterResult, filter_nodes
+from engine.reservations.heldroom import Homes, keep_off
+from engine.cluster.nodeinfo import node_info_map, node_name
+from engine.policy.model import PolicySet
+from engine.decisions.scoring import ScoreResult, score_nodes
+from engine.reports.tables import render_table
+
+
+@dataclass
+class Report:
+    generation: str
+    pod: str
+    matched: list[str]
+    filter: FilterResult
+    score: ScoreResult
+    admission: AdmissionResult
+
+    def to_dict(self) -> dict[str, Any]:
+        scores = {s.node: s for s in self.score.explanation or []}
+        nodes = []
+        for verdict in self.filter.explanation or []:
+            entry = verdict.to_dict()
+            node_score = scores.get(verdict.node)
+            entry["score"] = node_score.score if node_score else None
+            entry["contributions"] = [c.to_dict() for c in node_score.contributions] if node_score else []
+            entry["scoreRules"] = [o.to_dict() for o in node_score.outcomes] if node_score else []
+            nodes.append(entry)
+        return {
+            "generation": self.generation,
+            "pod": self.pod,
+            "matchedPolicies": self.matched,
+            "matchConditions": [o.to_dict() for o in self.filter.match_outcomes],
+            "admission": {
+                "gates": self.admission.gates,
+                "admitted": self.admission.admitted,
+                "decisions": [d.to_dict() for d in self.admission.decisions],
+            },
+            "nodes": nodes,
+        }
+
+    def render(self) -> str:
+        return render_report(self)
+
+
+def explain(
+    policy_set: PolicySet,
+    pod: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]],
+    *,
+    cluster_pods: Sequence[Mapping[str, Any]] = (),
+    node_info: Mapping[str, Any] | None = None,
+    now: Any = None,
+    homes: Homes | None = None,
+) -> Report:
+    """Evaluate every decision for ``pod`` with explanations switched on. ``homes``: where
+    the reservations' slots are (``engine.reservations.slots``), so non-owners are kept out of reserved
+    room in transit as the filter verb keeps them."""
+    now = now if now is not None else current_time()
+    info = node_info if node_info is not None else node_info_map(nodes, cluster_pods)
+    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True)
+    if homes:
+        keep_off(filtered, pod, nodes, info, homes, reservations={r.name for r in policy_set.reservations})
+    scored = score_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True)
+    admission = admit(policy_set, pod, nodes=nodes, pods=cluster_pods, now=now)
+    meta = pod.get("metadata") or {}
+    return Report(
+        generation=policy_set.generation,
+        pod=f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}",
+        matched=filtered.matched,
+        filter=filtered,
+        score=scored,
+        admission=admission,
+    )
+
+
+def render_report(report: Report) -> str:
+    """The human view: a summary, then one row per node."""
+    data = report.to_dict()
+    lines = [f"pod {report.pod}  (policy generation {report.generation})"]
+    lines.append("matching policies: " + (", ".join(report.matched) or "none"))
+    for cond in data["matchConditions"]:
+        lines.append(f"  match {cond['policy']}: {cond['effect']}" + (f" ({cond['error']})" if cond["error"] else ""))
+    if report.admission.decisions:
+        for d in report.admission.decisions:
+            state = "lifted" if d.satisfied else "held"
+            lines.append(f"gate {d.gate} ({d.policy}{', audit' if d.audit else ''}): {state}" + (f" - {d.message}" if d.message else ""))
+    rows = []
+    for node in data["nodes"]:
+        contributions = "; ".join(
+            f"{c['policy']}/{c['rule']}={'-' if c['score'] is None else format(c['score'], 'g')}x{c['weight']}" + (" (audit)" if c["audit"] else "") + (f" error: {c['error']}" if c["error"] else "")
+            for c in node["contributions"]
+        )
+        audit = [f"{r['message'] or r['policy'] + '/' + r['rule']} ({r['effect']})" for r in node["rules"] if r["audit"] and "would have" in r["effect"]]
+        reason = node["reason"] + ("\n" + "\n".join(audit) if audit else "")
+        rows.append([node["node"], node["verdict"].upper(), reason, contributions, "" if node["score"] is None else node["score"]])
+    lines.append("")
+    lines.append(render_table(["NODE", "VERDICT", "REASON", "SCORE RULES (value x weight)", "SCORE"], rows))
+    return "\n".join(lines)
+
+
+__all__ = ["Report", "explain", "node_name", "render_report"]

@@ -1,0 +1,1 @@
+"""Reservations at run time: where slots are, what the controller must do, room held in transit."""

@@ -1,0 +1,136 @@
+"""The mutating admission webhook: on pod CREATE, add kpe's scheduling gates.
+
+The API server only lets gates be added when a pod is created, so this is
+the one chance: every matching Enforce policy with an ``admission`` section
+adds its gate (``spec.schedulingGates``), whether or not the pod already has
+gates of its own, and the gate controller lifts each when its expression
+holds. Pods that already name a node, other operations and other kinds pass
+untouched. Audit-mode policies are only counted.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from engine.decisions.admission import GATES_ANNOTATION, admit
+
+from server.http.responses import HTTPProblem, json_response, read_json
+from server.state import ServerState
+from server.http.wire import WireError, check_pod
+
+log = logging.getLogger("kpe.webhook")
+REVIEW_VERSION = "admission.k8s.io/v1"
+
+
+def gate_patch(pod: dict[str, Any], gates: list[str]) -> list[dict[str, Any]]:
+    """JSONPatch adding ``gates`` that the pod does not have yet (so a replayed review
+    changes nothing), and recording them in the ``kpe.dev/gates`` annotation: the
+    controller lifts only recorded gates, so a gate the pod came with stays its
+    owner's even when it bears a kpe policy's name."""
+    spec = pod.get("spec") or {}
+    existing = spec.get("schedulingGates")
+    present = {g.get("name") for g in existing or [] if isinstance(g, dict)}
+    missing = [g for g in dict.fromkeys(gates) if g not in present]
+    if not missing:
+        return []
+    patch: list[dict[str, Any]]
+    if existing is None:
+        patch = [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": g} for g in missing]}]
+    else:
+        patch = [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": g}} for g in missing]
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    recorded = ",".join(g for g in dict.fromkeys([*(annotations or {}).get(GATES_ANNOTATION, "").split(","), *missing]) if g)
+    if annotations is None:
+        patch.append({"op": "add", "path": "/metadata/annotations", "value": {GATES_ANNOTATION: recorded}})
+    else:
+        patch.append({"op": "add", "path": "/metadata/annotations/" + GATES_ANNOTATION.replace("~", "~0").replace("/", "~1"), "value": recorded})
+    return patch
+
+
+def review_response(uid: str, *, allowed: bool = True, patch: list[dict[str, Any]] | None = None, message: str = "", warnings: list[str] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
+    if message:
+        response["status"] = {"code": 200 if allowed else 403, "message": message}
+    if warnings:
+        response["warnings"] = warnings
+    return {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def _decode(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise HTTPProblem(400, "expected an AdmissionReview object")
+    if body.get("apiVersion") != REVIEW_VERSION or body.get("kind") != "AdmissionReview":
+        raise HTTPProblem(400, f"expected kind AdmissionReview, apiVersion {REVIEW_VERSION}; got kind {body.get('kind')!r}, apiVersion {body.get('apiVersion')!r}")
+    request = body.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
+        raise HTTPProblem(400, "AdmissionReview.request.uid is missing")
+    return request
+
+
+async def handle_admission(request: Request) -> Response:
+    """The webhook endpoint, counted and timed like the extender verbs (verb ``admission``)."""
+    state: ServerState = request.app.state.kpe
+    start = time.perf_counter()
+    try:
+        response = await _review(request, state)
+    except Exception as exc:  # noqa: BLE001 - a bug must answer in JSON, not reset the API server's connection
+        log.exception("internal error in the admission webhook")
+        response = json_response({"error": f"kpe internal error in the admission webhook: {type(exc).__name__}: {exc}"}, 500)
+    state.metrics.requests.labels("admission", str(response.status_code)).inc()
+    state.metrics.latency.labels("admission").observe(time.perf_counter() - start)
+    return response
+
+
+async def _review(request: Request, state: ServerState) -> Response:
+    try:
+        review = _decode(await read_json(request, state.settings.max_body_bytes))
+    except HTTPProblem as exc:
+        state.metrics.admission_reviews.labels("invalid").inc()
+        return json_response({"error": exc.message}, exc.status)
+    uid = review["uid"]
+    kind = review.get("kind")
+    pod = review.get("object")
+    if review.get("operation") != "CREATE" or not isinstance(kind, dict) or kind.get("kind") != "Pod" or not isinstance(pod, dict):
+        state.metrics.admission_reviews.labels("skipped").inc()
+        return json_response(review_response(uid))
+    try:
+        check_pod(pod, "AdmissionReview.request.object")
+    except WireError as exc:
+        state.metrics.admission_reviews.labels("invalid").inc()
+        return json_response({"error": str(exc)}, 400)
+    if (pod.get("spec") or {}).get("nodeName"):
+        state.metrics.admission_reviews.labels("skipped").inc()
+        return json_response(review_response(uid))
+    if not (pod.get("metadata") or {}).get("namespace") and isinstance(review.get("namespace"), str) and review["namespace"]:
+        pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": review["namespace"]}}
+    try:
+        policy_set = state.store.current
+        nodes = state.cache.nodes() if state.cache is not None else []
+        pods = state.cache.pods() if state.cache is not None else []
+        result = await state.worker.run(admit, policy_set, pod, nodes=nodes, pods=pods)
+    except Exception as exc:  # noqa: BLE001 - kpe's own failure: the documented setting decides
+        log.exception("admission webhook failed")
+        state.metrics.admission_reviews.labels("failed").inc()
+        message = f"kpe could not evaluate its admission policies: {type(exc).__name__}: {exc}"
+        if state.settings.webhook_on_error == "deny":
+            return json_response(review_response(uid, allowed=False, message=message))
+        return json_response(review_response(uid, warnings=[message + "; pod admitted without kpe's gates"]))
+    for decision in result.decisions:
+        if decision.audit and not decision.satisfied:
+            state.metrics.audit.labels(decision.policy, "admission", "admission").inc()
+    patch = gate_patch(pod, result.gates)
+    for gate in result.gates:
+        state.metrics.gates_added.labels(policy_set.gates[gate].name).inc()
+    state.metrics.admission_reviews.labels("gated" if patch else "allowed").inc()
+    state.record("webhook", pod, policy_set.generation, gates=result.gates, pending=[d.gate for d in result.pending])
+    return json_response(review_response(uid, patch=patch))

@@ -1,0 +1,1 @@
+"""The ``kpe`` command: check, test, explain, diff, snapshot, scheduler-config and serve."""

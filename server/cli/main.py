@@ -1,0 +1,275 @@
+"""The ``kpe`` command: check, test and explain policies (serve comes with the server;
+snapshot and diff in server.cli.snapshot and server.cli.diff).
+
+Exit codes: 0 clean, 1 policy errors or failed tests, 2 usage errors and inputs that
+cannot be read (a file, the cluster, a running kpe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from engine.policy.compiler import CostLimits
+from engine.errors import PolicyLoadError
+from engine.policy.loader import load
+from engine.policy.model import PolicySet
+
+from engine.reports.tables import render_table
+
+from server.settings import EXIT_FAILED as EXIT_FAILED
+from server.settings import EXIT_OK as EXIT_OK
+from server.settings import EXIT_USAGE as EXIT_USAGE
+from server.settings import Settings, UsageError, default_policies, env_name
+
+
+
+# -- check -----------------------------------------------------------------------
+
+
+def cost_limits(args: argparse.Namespace) -> CostLimits:
+    """``--cel-cost-limit`` and ``--cel-admission-cost-limit``, else ``KPE_CEL_*``, else the
+    defaults: the same settings, and the same defaults, as ``kpe serve``."""
+    values: dict[str, int] = {}
+    for f in fields(Settings):
+        if f.name in ("cel_cost_limit", "cel_admission_cost_limit"):
+            flag = "--" + f.name.replace("_", "-")
+            raw = getattr(args, f.name, None)
+            raw = raw if raw is not None else os.environ.get(env_name(f.name))
+            try:
+                values[f.name] = int(raw) if raw is not None else int(f.default)  # type: ignore[arg-type]
+            except ValueError:
+                raise UsageError(f"{flag}: expected a number, got {raw!r}") from None
+            if values[f.name] <= 0:
+                raise UsageError(f"{flag} must be positive")
+    return CostLimits(values["cel_cost_limit"], values["cel_admission_cost_limit"])
+
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        policy_set = load(args.paths, allow_empty=args.allow_empty_policies, cost_limits=cost_limits(args))
+    except PolicyLoadError as exc:
+        if args.output == "json":
+            json.dump({"ok": False, "errors": [e.to_dict() for e in exc.errors]}, out, indent=2)
+            out.write("\n")
+        else:
+            out.write(exc.render() + "\n")
+            count = len(exc.errors)
+            out.write(f"\n{count} error{'s' if count != 1 else ''} found.\n")
+        return EXIT_FAILED
+    if args.output == "json":
+        json.dump({"ok": True, "generation": policy_set.generation, "policies": [_policy_summary(p) for p in policy_set.policies]}, out, indent=2)
+        out.write("\n")
+    else:
+        rows = [[p.name, p.mode, p.failure_policy, _kinds(p), p.file] for p in policy_set.policies]
+        out.write(render_table(["POLICY", "MODE", "FAILURE", "DECISIONS", "FILE"], rows) + "\n")
+        noun = "policy" if len(policy_set) == 1 else "policies"
+        out.write(f"{len(policy_set)} {noun} OK (generation {policy_set.generation}).\n")
+    return EXIT_OK
+
+
+def _kinds(policy: Any) -> str:
+    kinds = [k for k, present in (("filter", policy.filters), ("score", policy.scores), ("admission", policy.admission), ("preemption", policy.preemption)) if present]
+    return ",".join(kinds)
+
+
+def _policy_summary(policy: Any) -> dict[str, Any]:
+    return {"name": policy.name, "file": policy.file, "mode": policy.mode, "failurePolicy": policy.failure_policy, "decisions": _kinds(policy).split(",")}
+
+
+# -- test ------------------------------------------------------------------------
+
+
+def cmd_test(args: argparse.Namespace, out: TextIO) -> int:
+    from engine.reports.policytest import junit_xml, run_test_files
+
+    results = run_test_files(args.paths)
+    if not results:
+        raise UsageError(f"no PolicyTest found in {', '.join(args.paths)}")
+    if args.junit:
+        Path(args.junit).write_text(junit_xml(results))
+    failed = [r for r in results if not r.passed]
+    if args.output == "json":
+        json.dump({"passed": len(results) - len(failed), "failed": len(failed), "cases": [_case_dict(r) for r in results]}, out, indent=2, default=str)
+        out.write("\n")
+    else:
+        rows = [["PASS" if r.passed else "FAIL", r.test, r.case, r.file] for r in results]
+        out.write(render_table(["RESULT", "TEST", "CASE", "FILE"], rows) + "\n")
+        for r in failed:
+            out.write(f"\nFAIL {r.test} / {r.case} ({r.file})\n")
+            if r.error:
+                out.write(f"  error: {r.error}\n")
+            for m in r.failures:
+                out.write(f"  {m.what}:\n    expected: {_show(m.expected)}\n    actual:   {_show(m.actual)}\n")
+        out.write(f"\n{len(results) - len(failed)} passed, {len(failed)} failed\n")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _case_dict(r: Any) -> dict[str, Any]:
+    return {
+        "file": r.file,
+        "test": r.test,
+        "case": r.case,
+        "passed": r.passed,
+        "error": r.error,
+        "failures": [{"what": m.what, "expected": m.expected, "actual": m.actual} for m in r.failures],
+    }
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else value
+
+
+# -- explain -----------------------------------------------------------------------
+
+
+def read_objects(path: str) -> list[dict[str, Any]]:
+    """Kubernetes objects from a JSON or YAML file: one object, a list, a ``*List``, or many YAML documents."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path} is not valid JSON or YAML: {exc}") from None
+    objects: list[dict[str, Any]] = []
+    for doc in docs:
+        items = doc.get("items") if isinstance(doc, dict) and "items" in doc else doc
+        for obj in items if isinstance(items, list) else [items]:
+            if not isinstance(obj, dict):
+                raise UsageError(f"{path}: expected Kubernetes objects, found {type(obj).__name__}")
+            objects.append(obj)
+    return objects
+
+
+def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
+    from engine.reports.explain import explain
+
+    if args.target:
+        from server.cli.podexplain import cmd_explain_pod
+
+        return cmd_explain_pod(args, out, default_policies())
+    if not args.pod or not args.nodes:
+        raise UsageError("expected --pod FILE --nodes FILE, or pod NAMESPACE/NAME to explain a pod of the cluster")
+    if args.server:
+        raise UsageError("--server explains a pod of the cluster: kpe explain pod NAMESPACE/NAME --server URL")
+    pods = read_objects(args.pod)
+    if len(pods) != 1:
+        raise UsageError(f"{args.pod} must hold exactly one pod, found {len(pods)}")
+    nodes = read_objects(args.nodes)
+    cluster_pods = read_objects(args.cluster_pods) if args.cluster_pods else []
+    try:
+        policy_set: PolicySet = load(args.policies or [default_policies()])
+    except PolicyLoadError as exc:
+        out.write(exc.render() + "\n")
+        return EXIT_FAILED
+    if args.output == "markdown":
+        from engine.reports.diagnosis.diagnose import diagnose
+
+        from server.cli.podexplain import write
+
+        write(diagnose(policy_set, pods[0], nodes, cluster_pods=cluster_pods).to_dict(), "markdown", out, limit=args.limit)
+        return EXIT_OK
+    report = explain(policy_set, pods[0], nodes, cluster_pods=cluster_pods)
+    if args.output == "json":
+        json.dump(report.to_dict(), out, indent=2, default=str)
+        out.write("\n")
+    else:
+        out.write(report.render() + "\n")
+    return EXIT_OK
+
+
+# -- main --------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kpe", description="kpe: CEL scheduling policies for kube-scheduler")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    check = sub.add_parser("check", help="load policies and report every error")
+    check.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
+    check.add_argument("--output", choices=("text", "json"), default="text")
+    check.add_argument(
+        "--allow-empty-policies", action="store_true", help="accept paths that hold no policy (refused by default: every node would pass every pod)"
+    )
+    for f in fields(Settings):
+        if f.name in ("cel_cost_limit", "cel_admission_cost_limit"):
+            check.add_argument(
+                "--" + f.name.replace("_", "-"), dest=f.name, metavar="UNITS", default=None,
+                help=f"{f.metadata['help']} [env {env_name(f.name)}; default {f.default:,}]",
+            )
+    check.set_defaults(run=cmd_check)
+
+    test = sub.add_parser("test", help="run PolicyTest files")
+    test.add_argument("paths", nargs="+", metavar="PATH", help="PolicyTest files or directories")
+    test.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
+    test.add_argument("--output", choices=("text", "json"), default="text")
+    test.set_defaults(run=cmd_test)
+
+    from server.cli.podexplain import add_explain_pod_arguments
+
+    exp = sub.add_parser(
+        "explain",
+        help="show what the policies decide for a pod on each node",
+        description="kpe explain --pod FILE --nodes FILE: a pod and nodes from files. "
+        "kpe explain pod NAMESPACE/NAME: a pod of the live cluster (--kubeconfig, in-cluster) or of a running kpe (--server).",
+    )
+    exp.add_argument("target", nargs="*", metavar="pod NAMESPACE/NAME", help="explain this pod of the cluster instead of files")
+    exp.add_argument("--pod", metavar="FILE", help="the pod (JSON or YAML)")
+    exp.add_argument("--nodes", metavar="FILE", help="nodes: a NodeList, a list, or YAML documents")
+    exp.add_argument("--cluster-pods", metavar="FILE", help="pods already running (for nodeInfo and admission)")
+    exp.add_argument("--policies", nargs="+", metavar="PATH", help="policy files or directories (default: the shipped policies)")
+    exp.add_argument("--output", choices=("table", "json", "markdown"), default="table")
+    add_explain_pod_arguments(exp)
+    exp.set_defaults(run=cmd_explain)
+
+    from server.verbs.schedulerconfig import add_arguments as add_scheduler_config_arguments
+    from server.verbs.schedulerconfig import cmd_scheduler_config
+
+    sched = sub.add_parser(
+        "scheduler-config",
+        help="print the kube-scheduler extender configuration the policies need",
+        description="Print kube-scheduler's `extenders:` entry for kpe (verbs and managedResources follow the policies).",
+    )
+    add_scheduler_config_arguments(sched)
+    sched.set_defaults(run=cmd_scheduler_config)
+
+    from server.cli.diff import add_diff_command
+    from server.cli.serve import add_serve_command
+    from server.cli.snapshot import add_snapshot_command
+
+    add_snapshot_command(sub)
+    add_diff_command(sub)
+    add_serve_command(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    stream = out or sys.stdout
+    try:
+        code: int = args.run(args, stream)
+    except UsageError as exc:
+        print(f"kpe {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        # `kpe explain ... | head`: the reader has what it wanted. Point stdout at
+        # devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

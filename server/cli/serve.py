@@ -1,0 +1,50 @@
+"""``kpe serve``: run the extender under uvicorn, over HTTP or HTTPS."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from server.settings import Settings, UsageError, add_arguments, load_settings
+
+
+def uvicorn_options(settings: Settings, *, app: Any = None) -> dict[str, Any]:
+    """uvicorn's options for ``settings``; with ``app`` (from ``create_app``), its
+    serving certificate gets uvicorn's SSL context, to reload it when the files change."""
+    from server.http.listeners import tls_options
+
+    options: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_config": None, "access_log": False}
+    if settings.tls:
+        options.update(tls_options(settings, client_ca=settings.tls_client_ca, app=app))
+    return options
+
+
+def cmd_serve(args: argparse.Namespace, out: Any) -> int:
+    from engine.errors import PolicyLoadError
+
+    from server.app import create_app
+    from server.telemetry.logs import configure
+
+    try:
+        settings = load_settings(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    problems = settings.validate()
+    if problems:
+        raise UsageError("; ".join(problems))
+    configure(settings.log_level)
+    try:
+        app = create_app(settings)
+    except PolicyLoadError as exc:
+        out.write(exc.render() + "\n\nkpe serve: the policies have errors; nothing to serve.\n")
+        return 1
+    from server.http.listeners import run
+
+    run(app, settings)
+    return 0
+
+
+def add_serve_command(sub: Any) -> None:
+    serve = sub.add_parser("serve", help="serve the extender verbs to kube-scheduler", description=__doc__)
+    add_arguments(serve)
+    serve.set_defaults(run=cmd_serve)

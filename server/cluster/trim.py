@@ -1,0 +1,112 @@
+"""What kpe's node and pod cache keeps of an object (``server.cluster.cache``).
+
+Every object is trimmed as it enters (``trim``, page by page while listing, so
+a first list never holds the untrimmed cluster): ``metadata.managedFields`` is
+dropped, as kube-scheduler drops it, and every string value is interned, so
+the label values, namespaces, node and image names, timestamps and the like
+that thousands of pods repeat are one object each.
+
+Pods bound to a node and not gated are also *projected* as they enter: cut to
+the served policy set's ``pod_projection`` (``engine.cluster.projection``), the fields
+its expressions can read of other pods plus ``KPE_READS``, what kpe itself
+reads of them. Pending and gated pods (the subjects of decisions) and nodes
+stay whole; so does every pod when a policy reads other pods whole. What
+reads cached pods, and what it reads of them (keep ``KPE_READS`` in step):
+
+- ``engine.cluster.nodeinfo`` (the ``nodeInfo`` views, ``_place`` here):
+  ``spec.nodeName``, ``status.phase``, and for ``requested`` what
+  ``kube.podRequests`` declares it reads (container and init container
+  ``resources``, init containers' ``restartPolicy``, pod-level ``resources``,
+  ``spec.overhead``); ``pod_key``: ``metadata.uid``, ``namespace``, ``name``;
+  ``_replace``: ``metadata.resourceVersion``.
+- policies, through ``nodeInfo.pods`` (filters, scores, messages, node-scoped
+  variables, preemption), ``victim``/``victims`` (``server.verbs.handlers``'s preempt
+  verb resolves victims by UID with ``pod_by_uid``; it answers their
+  ``metadata.uid``; ``engine.decisions.preemption`` names them by namespace and name and
+  rebuilds ``nodeInfo`` without them with ``engine.cluster.nodeinfo``), and ``pods`` and
+  ``admitted`` (admission: ``server.admission.webhook``, the admit verb, the gate
+  controller, ``/apis/v1/explain``): the projection's analysed part.
+- ``engine.decisions.admission`` (``admitted``, ``held_by_kpe``; here for ``gated``):
+  ``metadata.annotations['kpe.dev/gates']``, ``spec.schedulingGates``,
+  ``spec.nodeName``, ``status.phase``.
+- ``server.admission.gates`` (``pods()``, ``nodes()``): the above; the pods it decides
+  and orders (``creationTimestamp``) are gated, so whole; its check that the
+  cache caught up with a release reads ``metadata.resourceVersion``.
+- ``server.admission.requeue`` (``pod_by_uid``): ``spec.nodeName``.
+- ``engine.cluster.kubefilters`` (``/apis/v1/explain?pod=``, kube-scheduler's preemption dry
+  run over ``nodeInfo.pods``): ``spec.priority``, ``status.startTime``,
+  ``metadata.deletionTimestamp``, the requests above.
+- ``server.introspection.endpoints`` (``node_info``, ``pods()``): ``/apis/v1/nodes/{name}``
+  lists ``metadata.namespace``/``name``; explain as the verbs.
+- ``server.reservations.controller`` / ``engine.reservations.slots`` (``pods()``): the reservation
+  labels and annotations, ``status.nominatedNodeName``, ``deletionTimestamp``,
+  ``creationTimestamp``, ``spec.nodeName``, ``status.phase``; whether a bound
+  pod owns a reservation it judges by namespace only, then on the pod read
+  whole from the API server before it claims a slot.
+- Match conditions (``engine.policy.selectors``, ``engine.decisions.evaluation.matching_scopes``:
+  namespaces, labels, resources, expression) otherwise read only the pod being
+  decided, which comes from the request or is a gated pod: never a projected one.
+- ``on_event`` subscribers get the object as kept (none in kpe itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+from engine.cluster.projection import EVERYTHING, Projection
+
+Obj = dict[str, Any]
+
+
+def trim(obj: Obj, projection: Projection = EVERYTHING) -> Obj:
+    """What the cache keeps of a node or pod: without ``metadata.managedFields`` (the API
+    server's field ownership bookkeeping, for server-side apply: nothing in kpe reads it,
+    and kube-scheduler drops it from its own cache), a pod bound to a node and not gated
+    cut to ``projection`` (a new object; see the module docstring), and every string value
+    interned, so equal values across objects are one object. Nothing a decision reads
+    changes. Returns the object kept: ``obj`` itself, changed in place, unless projected."""
+    if type(obj) is not dict:
+        return obj  # not an object: left for the caller to judge
+    meta = obj.get("metadata")
+    if type(meta) is dict:
+        meta.pop("managedFields", None)
+    if not projection.whole and is_projected(obj):
+        with contextlib.suppress(RecursionError):  # deeper than the stack: kept whole
+            obj = projection.apply(obj)
+    # Pods and nodes are schema-validated by the API server and nest a few dozen levels at
+    # most; an object deeper than the interpreter's stack is only left partly interned.
+    with contextlib.suppress(RecursionError):
+        _intern_strings(obj)
+    return obj
+
+
+def is_projected(pod: Obj) -> bool:
+    """Whether the cache keeps only the projection of ``pod``: bound to a node, no scheduling
+    gates. Pending and gated pods are the subjects of decisions (the gate controller's and the
+    webhook's admission; a pod's own fields are read in full) and stay whole."""
+    spec = pod.get("spec")
+    return type(spec) is dict and bool(spec.get("nodeName")) and not spec.get("schedulingGates")
+
+
+_intern = sys.intern
+
+
+def _intern_strings(value: Any) -> None:
+    """Intern the string values (not keys: orjson already shares the short ones) under ``value``.
+    Interned strings are freed like any other once the cache lets go of them."""
+    if type(value) is dict:
+        for key, item in value.items():
+            kind = type(item)
+            if kind is str:
+                value[key] = _intern(item)
+            elif kind is dict or kind is list:
+                _intern_strings(item)
+    else:
+        for index, item in enumerate(value):
+            kind = type(item)
+            if kind is str:
+                value[index] = _intern(item)
+            elif kind is dict or kind is list:
+                _intern_strings(item)

@@ -1,0 +1,1 @@
+"""Endpoints for people and probes: health, readiness, metrics, policies, decisions, explain."""

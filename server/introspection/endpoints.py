@@ -1,0 +1,246 @@
+"""Endpoints for people and probes: health, readiness, metrics, the served
+routes, the policies, cached nodes, explanations and recent decisions."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from engine.reports.diagnosis.diagnose import diagnose
+from engine.reports.diagnosis.view import render_text
+from engine.reports.explain import explain
+
+from server.cluster.cache import is_projected
+from server.http.responses import HTTPProblem, json_response, read_json
+from server.state import ServerState
+from server.http.wire import WireError, decode_extender_args
+
+
+log = logging.getLogger("kpe.introspection")
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def guarded(endpoint: Endpoint) -> Endpoint:
+    """An unexpected exception becomes a JSON 500 that names it. Left to Starlette, it
+    would be a plain-text 500 followed by uvicorn closing the connection."""
+
+    @functools.wraps(endpoint)
+    async def wrapper(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except Exception as exc:  # noqa: BLE001 - answer, log, keep the connection
+            log.exception("internal error in %s", request.url.path)
+            return json_response({"error": f"kpe internal error in {request.url.path}: {type(exc).__name__}: {exc}"}, 500)
+
+    return wrapper
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.kpe
+    return state
+
+
+@guarded
+async def healthz(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+@guarded
+async def readyz(request: Request) -> Response:
+    state = _state(request)
+    problems = []
+    if not state.store.ready:
+        problems.append("policies not loaded")
+    if state.cache is not None and not state.cache.synced.is_set():
+        problems.append("node and pod cache not synced yet")
+    if problems:
+        return PlainTextResponse("not ready: " + "; ".join(problems), status_code=503)
+    return PlainTextResponse("ok")
+
+
+@guarded
+async def metrics(request: Request) -> Response:
+    state = _state(request)
+    current = state.store.current
+    state.metrics.set_generation(current.generation, len(current))
+    last = state.store.last
+    state.metrics.load_errors.set(len(last.errors) if last and not last.ok else 0)
+    state.metrics.count_reloads(state.store.reloads)
+    if state.elector is not None:
+        state.metrics.leader.set(1 if state.elector.is_leader else 0)
+    if state.cache is not None:
+        for kind in ("node", "pod"):
+            state.metrics.cache_lag.labels(kind).set(state.cache.lag_seconds(kind))
+    return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+
+@guarded
+async def services(request: Request) -> Response:
+    routes = []
+    for route in request.app.routes:
+        methods = sorted(getattr(route, "methods", None) or [])
+        routes.append({"path": route.path, "methods": [m for m in methods if m != "HEAD"], "name": route.name})
+    return json_response({"routes": routes})
+
+
+@guarded
+async def policies(request: Request) -> Response:
+    state = _state(request)
+    current = state.store.current
+    last = state.store.last
+    out: dict[str, Any] = {
+        "generation": current.generation,
+        "path": state.store.path,
+        "files": list(current.files),
+        "lastLoad": {
+            "ok": last.ok if last else True,
+            "at": last.at if last else None,
+            "servingGeneration": last.generation if last else current.generation,
+            "errors": [e.to_dict() | {"text": e.render()} for e in (last.errors if last else ())],
+        },
+        "reloads": dict(state.store.reloads),
+        "policies": [
+            {
+                "name": p.name,
+                "file": p.file,
+                "mode": p.mode,
+                "failurePolicy": p.failure_policy,
+                "filters": [r.name for r in p.filters],
+                "scores": [{"name": r.name, "weight": r.weight} for r in p.scores],
+                "admissionGate": p.admission.gate if p.admission else None,
+                "preemption": bool(p.preemption),
+            }
+            for p in current.policies
+        ],
+    }
+    return json_response(out)
+
+
+@guarded
+async def node(request: Request) -> Response:
+    state = _state(request)
+    name = request.path_params["name"]
+    if state.cache is None:
+        return json_response({"error": "kpe runs without cluster access: it has no node cache"}, 503)
+    found = state.cache.node(name)
+    if found is None:
+        return json_response({"error": f"node {name} is not in kpe's cache"}, 404)
+    cache = state.cache
+    # nodeInfo is rebuilt only in the evaluation worker (see server.http.worker).
+    info = await state.worker.run(lambda: cache.node_info.get(name)) or {}
+    summary = {"podCount": info.get("podCount", 0), "requested": info.get("requested", {}), "pods": [
+        f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}" for p in info.get("pods", [])
+    ]}
+    return json_response({"node": found, "nodeInfo": summary})
+
+
+@guarded
+async def explain_endpoint(request: Request) -> Response:
+    state = _state(request)
+    policy_set = state.store.current
+    try:
+        args = decode_extender_args(await read_json(request, state.settings.max_body_bytes), "explain")
+    except WireError as exc:
+        return json_response({"error": f"invalid explain request: {exc}"}, 400)
+    except HTTPProblem as exc:
+        return json_response({"error": exc.message}, exc.status)
+    unknown: dict[str, str] = {}
+    if args.nodes is not None:
+        nodes = args.nodes
+    elif state.cache is None:
+        return json_response({"error": "NodeNames need kpe's node cache; send Nodes instead"}, 400)
+    else:
+        nodes, unknown = state.resolve_nodes(args.node_names or [], "explain")
+    pods = state.cache.pods() if state.cache is not None else []
+    # Without a cache, nodeInfo is unknown, as it is to the filter verb: an empty
+    # mapping says so (None would make explain count the pods it was given: none).
+    latest = state.reservations.latest() if state.reservations is not None else None
+    report = await state.worker.run(
+        lambda: explain(
+            policy_set, args.pod, nodes, cluster_pods=pods, node_info=state.node_info() if state.cache is not None else {},
+            homes=latest.homes if latest is not None else None,
+        )
+    )
+    data = report.to_dict()
+    data["unknownNodes"] = unknown
+    data["text"] = report.render()
+    return json_response(data)
+
+
+@guarded
+async def explain_pod(request: Request) -> Response:
+    """``GET /apis/v1/explain?pod=NAMESPACE/NAME``: ``kpe explain pod`` for a pod in kpe's
+    cache, with the serving policy set and the cache's nodes and ``nodeInfo``, as the
+    extender verbs see them (``engine.reports.diagnosis.diagnose``)."""
+    state = _state(request)
+    wanted = request.query_params.get("pod", "")
+    namespace, _, name = wanted.partition("/")
+    if not namespace or not name or "/" in name:
+        return json_response({"error": f"pod must be NAMESPACE/NAME, not {wanted!r}"}, 400)
+    if state.cache is None:
+        return json_response({"error": "kpe runs without cluster access: it has no pod cache to find the pod in; use kpe explain pod with --kubeconfig"}, 503)
+    if not state.cache.synced.is_set():
+        return json_response({"error": "kpe's node and pod cache is not synced yet"}, 503)
+    cache = state.cache
+    policy_set = state.store.current
+    pods = cache.pods()
+    pod = next((p for p in pods if (p.get("metadata") or {}).get("namespace") == namespace and (p.get("metadata") or {}).get("name") == name), None)
+    if pod is None:
+        return json_response({"error": f"pod {wanted} is not in kpe's cache (deleted, or not seen yet)"}, 404)
+    nodes = cache.nodes()
+    # nodeInfo is rebuilt only in the evaluation worker (see server.http.worker); its views are
+    # replaced, never changed, so a copy of the map stays right. The explanation itself (seconds
+    # on a large cluster) runs in a thread of its own, not in the worker the verbs queue on.
+    info = await state.worker.run(lambda: dict(cache.node_info))
+    # The reservations' slots as this replica's controller last saw them (what its filter uses).
+    latest = state.reservations.latest() if state.reservations is not None else None
+    diagnosis = await asyncio.to_thread(
+        diagnose, policy_set, pod, nodes, cluster_pods=pods, node_info=info,
+        slots=latest.slots if latest is not None else None, homes=latest.homes if latest is not None else None,
+        placeholder_namespace=state.settings.reservation_namespace,
+    )
+    data = diagnosis.to_dict()
+    if is_projected(pod):
+        data["status"]["notes"].append("kpe's cache keeps only the fields its policies read of a bound pod: rules reading others see them missing.")
+    data["source"] = "kpe's cache"
+    data["text"] = render_text(data, limit=0)
+    return json_response(data)
+
+
+@guarded
+async def decisions(request: Request) -> Response:
+    state = _state(request)
+    query = request.query_params
+    try:
+        limit = int(query.get("limit", "100"))
+    except ValueError:
+        return json_response({"error": "limit must be an integer"}, 400)
+    return json_response({"decisions": state.decisions.recent(verb=query.get("verb"), pod=query.get("pod"), limit=limit)})
+
+
+@guarded
+async def gated(request: Request) -> Response:
+    """The pods kpe is holding at its gates, with each policy's current message."""
+    state = _state(request)
+    if state.gates is None:
+        return json_response({"error": "the gate controller runs only with cluster access", "pods": []}, 503)
+    leader = state.elector.is_leader if state.elector is not None else False
+    state.metrics.leader.set(1 if leader else 0)
+    policy_set = state.store.current
+    pods = [
+        {
+            "namespace": held.namespace,
+            "name": held.name,
+            "waitingSeconds": round(max(0.0, time.time() - held.since), 1),
+            "gates": [{"gate": gate, "policy": policy_set.gates[gate].name if gate in policy_set.gates else None, "message": message} for gate, message in sorted(held.gates.items())],
+        }
+        for held in sorted(state.gates.held.values(), key=lambda h: (h.namespace, h.name))
+    ]
+    return json_response({"leader": leader, "identity": state.elector.identity if state.elector else None, "pods": pods})

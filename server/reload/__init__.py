@@ -1,0 +1,1 @@
+"""The served policy set and its hot reload."""

@@ -1,0 +1,175 @@
+"""The served policy set: one reference, swapped whole, and a watcher that reloads it.
+
+A reload compiles the new set on the side; only a clean load replaces the
+reference, so a request that started on one generation finishes on it and a
+broken change leaves the last good set serving. The outcome of the last load
+(errors included) is kept for ``/apis/v1/policies`` and metrics.
+
+Swap guards (``add_swap_guard``) run in the reload thread between the compile
+and the swap, and may hold the new set back: the node and pod cache relists
+pods there when the new set reads pod fields it dropped (``server.cluster.cache``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.policy.compiler import CostLimits
+from engine.errors import PolicyError, PolicyLoadError
+from engine.policy.loader import discover, load
+from engine.policy.model import PolicySet
+
+log = logging.getLogger("kpe.policies")
+
+
+@dataclass(frozen=True)
+class LoadOutcome:
+    ok: bool
+    generation: str  # of the set serving after this load
+    errors: tuple[PolicyError, ...] = ()
+    at: float = field(default_factory=time.time)
+
+
+Snapshot = tuple[tuple[str, str, int, int], ...]
+
+
+class PolicyStore:
+    """``allow_empty``: whether a path with no policies may serve (``--allow-empty-policies``);
+    otherwise the first load and every reload refuse an empty set (KPE402).
+
+    Before a reload the files must hold still: ``stable_checks`` looks at their sizes and
+    modification times, ``stable_interval_s`` apart, until two looks agree (``sleep`` is
+    injectable for tests)."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        allow_empty: bool = False,
+        cost_limits: CostLimits | None = None,
+        stable_interval_s: float = 0.1,
+        stable_checks: int = 20,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.path = path
+        self.allow_empty = allow_empty
+        self.cost_limits = cost_limits
+        self.stable_interval_s = stable_interval_s
+        self.stable_checks = stable_checks
+        self.sleep = sleep
+        self._current: PolicySet | None = None
+        self.last: LoadOutcome | None = None
+        self.reloads = {"success": 0, "failure": 0, "unchanged": 0}
+        self._listeners: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._guards: list[Callable[[PolicySet], None]] = []
+
+    @property
+    def current(self) -> PolicySet:
+        """The set every new request uses; read it once per request."""
+        if self._current is None:
+            raise RuntimeError("no policy set loaded yet")
+        return self._current
+
+    @property
+    def ready(self) -> bool:
+        return self._current is not None
+
+    def load_initial(self) -> PolicySet:
+        """The first load: errors here stop start-up (there is nothing to fall back to)."""
+        policy_set = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits)
+        self._current = policy_set
+        self.last = LoadOutcome(True, policy_set.generation)
+        log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.path})
+        return policy_set
+
+    def snapshot(self) -> Snapshot | None:
+        """What the policy files look like now (name, target, size, mtime); None while they are moving under us."""
+        files, _ = discover([self.path])
+        out = []
+        try:
+            for file in files:
+                info = os.stat(file)
+                out.append((str(file), os.path.realpath(file), info.st_size, info.st_mtime_ns))
+        except OSError:
+            return None
+        return tuple(out)
+
+    def wait_until_stable(self) -> bool:
+        """Wait until two looks at the files, ``stable_interval_s`` apart, agree (an editor
+        writing in place, or a copy in progress, changes size or mtime in between); False if
+        they were still changing after ``stable_checks`` looks."""
+        before = self.snapshot()
+        for _ in range(self.stable_checks):
+            self.sleep(self.stable_interval_s)
+            now = self.snapshot()
+            if now is not None and now == before:
+                return True
+            before = now
+        return False
+
+    def reload(self) -> LoadOutcome:
+        """Compile the files as they are now, once they hold still, and swap if they are clean and different."""
+        previous = self._current
+        if not self.wait_until_stable():
+            log.warning("policy files still changing after %d checks; loading them as they are", self.stable_checks, extra={"path": self.path})
+        try:
+            candidate = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits)
+        except PolicyLoadError as exc:
+            self.reloads["failure"] += 1
+            generation = previous.generation if previous else ""
+            self.last = LoadOutcome(False, generation, tuple(exc.errors))
+            for error in exc.errors:
+                log.error("policy reload failed; still serving generation %s: %s", generation, error.render(), extra={"error": error.to_dict()})
+            return self.last
+        if previous is not None and candidate.generation == previous.generation:
+            self.reloads["unchanged"] += 1
+            self.last = LoadOutcome(True, previous.generation)
+            return self.last
+        for guard in list(self._guards):
+            try:
+                guard(candidate)  # may wait: the old set serves meanwhile
+            except Exception:  # noqa: BLE001 - a guard's failure must not stop reloads
+                log.exception("policy swap guard failed", extra={"generation": candidate.generation})
+        self._current = candidate  # the swap: one reference, never mutated in place
+        self.reloads["success"] += 1
+        self.last = LoadOutcome(True, candidate.generation)
+        log.info(
+            "policies reloaded",
+            extra={"generation": candidate.generation, "previous": previous.generation if previous else None, "policies": len(candidate)},
+        )
+        for loop, event in self._listeners:
+            loop.call_soon_threadsafe(event.set)  # reloads run in a worker thread
+        return self.last
+
+    def add_swap_guard(self, guard: Callable[[PolicySet], None]) -> None:
+        """Call ``guard(new_set)`` before every swap, in the reload thread; the swap waits for it."""
+        self._guards.append(guard)
+
+    def remove_swap_guard(self, guard: Callable[[PolicySet], None]) -> None:
+        if guard in self._guards:
+            self._guards.remove(guard)
+
+    def subscribe(self) -> asyncio.Event:
+        """An event set after every successful swap (the gate controller re-evaluates on it)."""
+        event = asyncio.Event()
+        self._listeners.append((asyncio.get_running_loop(), event))
+        return event
+
+    async def watch(self, *, debounce_ms: int, stop: asyncio.Event) -> None:
+        """Reload when anything under the policy path changes.
+
+        The directory itself is watched (not the files), so a ConfigMap update
+        that swaps the ``..data`` symlink is seen like any other change.
+        """
+        from watchfiles import awatch
+
+        target = Path(self.path)
+        watch_path = target if target.is_dir() else target.parent
+        async for _changes in awatch(watch_path, stop_event=stop, debounce=debounce_ms, recursive=True, force_polling=False):
+            await asyncio.to_thread(self.reload)

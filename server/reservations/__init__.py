@@ -1,0 +1,1 @@
+"""The reservation controller (placeholder pods for free slots) and its endpoint."""

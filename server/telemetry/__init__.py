@@ -1,0 +1,1 @@
+"""What kpe tells about itself: metrics, JSON logs, the decision log."""
