@@ -166,7 +166,7 @@ def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = [kpe_executable()]
     if source is not None:
-        command = [sys.executable, "-m", "server.cli.main"]
+        command = [sys.executable, "-m", "server.cli"]
         env["PYTHONPATH"] = str(source)
     argv = [*command, "serve", "--policies", str(policies), "--host", "127.0.0.1", "--port", str(port),
             "--cluster", "on", "--kubeconfig", str(plane.kpe_kubeconfig), "--log-level", "warning", *extra]

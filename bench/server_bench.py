@@ -127,7 +127,7 @@ def _floor(args: list[str], port: int) -> Iterator[None]:
 def kpe_server(api: Any, flags: list[str]) -> Iterator[str]:
     port = free_port()
     kubeconfig = api.kubeconfig if api is not None else None
-    args = [sys.executable, "-m", "server.cli.main", "serve", "--port", str(port), "--policies", str(ROOT / "policies"), "--log-level", "warning"]
+    args = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--policies", str(ROOT / "policies"), "--log-level", "warning"]
     args += ["--kubeconfig", kubeconfig, "--cluster", "on"] if kubeconfig else ["--cluster", "off"]
     with process(args + flags, f"http://127.0.0.1:{port}/readyz"):
         yield f"http://127.0.0.1:{port}"

@@ -110,6 +110,6 @@ def test_explain_shows_each_node_with_verdict_reason_and_score() -> None:
 
 
 def test_the_installed_command_runs_as_a_process() -> None:
-    done = subprocess.run([sys.executable, "-m", "server.cli.main", "check", "policies"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "server.cli", "check", "policies"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "policies OK" in done.stdout
