@@ -34,11 +34,10 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
  && pip --python /opt/kpe/bin/python install --no-index --find-links /wheels kube-policy-extender
 
 
-# The shipped policies, as the default policy set; in Kubernetes a ConfigMap is
-# mounted over this directory (deploy/deployment.yaml).
-COPY policies/*.yaml /etc/kpe/policies/
-ENV KPE_POLICIES=/etc/kpe/policies \
-    KPE_PORT=8443
+# No policy is baked in: kpe serves the policies it is given (KPE_POLICIES; in
+# Kubernetes the kpe-policies ConfigMap, deploy/deployment.yaml) and refuses to start
+# without any. The examples are in the repository's policies/.
+ENV KPE_PORT=8443
 
 # A fixed numeric UID, so Kubernetes' runAsNonRoot can verify it (deploy/ uses the same).
 RUN groupadd --system --gid 10001 kpe \

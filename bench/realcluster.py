@@ -163,7 +163,9 @@ def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, 
     ``source``: run the kpe of another source tree instead (``python -m server.cli.main`` there), e.g. an older commit
     unpacked with ``git archive``."""
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # The controllers a deployment runs; an environment variable, which a tree from before
+    # --controllers existed ignores (it ran them all by default).
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "KPE_CONTROLLERS": "gates,reservations,requeue"}
     command = [kpe_executable()]
     if source is not None:
         command = [sys.executable, "-m", "server.cli"]

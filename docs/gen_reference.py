@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator
-from dataclasses import MISSING, Field, dataclass, fields
+from dataclasses import MISSING, Field, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +180,7 @@ def default_text(f: Field[Any]) -> str:
 
 
 def render_settings_reference() -> str:
-    from server.settings import Settings, env_name
+    from server.settings import env_name, grouped_fields
 
     out = [
         "# `kpe serve` settings reference",
@@ -189,17 +189,23 @@ def render_settings_reference() -> str:
         "",
         "Every setting is a flag of `kpe serve` and an environment variable; the flag wins over the "
         "variable, the variable over the default. Booleans take `--flag` / `--no-flag`, and in the "
-        "environment `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off`.",
+        "environment `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off`. The settings are in the "
+        "groups, and the order, of `kpe serve --help`.",
         "",
-        "| setting | flag | environment variable | type | default | description |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| setting | group | flag | environment variable | type | default | description |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for f in fields(Settings):
-        kind = TYPE_WORDS.get(f.type if isinstance(f.type, str) else f.type.__name__, str(f.type))
-        flag = "--" + f.name.replace("_", "-")
-        if kind == "boolean":
-            flag = f"{flag}, --no-{flag[2:]}"
-        out.append(f"| `{f.name}` | `{flag}` | `{env_name(f.name)}` | {kind} | {cell(default_text(f))} | {cell(str(f.metadata.get('help', '')))} |")
+    for group, members in grouped_fields():
+        for f in members:
+            kind = TYPE_WORDS.get(f.type if isinstance(f.type, str) else f.type.__name__, str(f.type))
+            flag = "--" + f.name.replace("_", "-")
+            if kind == "boolean":
+                flag = f"{flag}, --no-{flag[2:]}"
+            if f.metadata.get("choices"):
+                kind += ": " + ", ".join(f"`{c}`" for c in f.metadata["choices"])
+            out.append(
+                f"| `{f.name}` | {cell(group)} | `{flag}` | `{env_name(f.name)}` | {kind} | {cell(default_text(f))} | {cell(str(f.metadata.get('help', '')))} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -224,7 +230,7 @@ def _option_row(action: Any) -> str:
         names = ", ".join(f"`{o}`" for o in action.option_strings)
     else:
         names = f"`{action.metavar or action.dest}` (positional)"
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction, argparse._VersionAction)):
         value = ""
     elif action.choices:
         value = " \\| ".join(f"`{c}`" for c in action.choices)
@@ -251,6 +257,12 @@ def render_cli_reference() -> str:
         "",
         "Every command and its options, as `kpe COMMAND --help` prints them. "
         "`kpe serve`'s settings are in [the settings reference](settings.md).",
+        "",
+        "Options of `kpe` itself, before any command:",
+        "",
+        "| option | value | default | description |",
+        "| --- | --- | --- | --- |",
+        *[_option_row(a) for a in parser._actions if a.option_strings and not isinstance(a, argparse._HelpAction)],
     ]
     for name, command in sub.choices.items():
         out += ["", f"## `kpe {name}`", "", cell(str(helps.get(name) or "")) + "."]

@@ -34,7 +34,7 @@ from server.http.listeners import WEBHOOK_PATH, SurfaceGuard
 from server.telemetry.logs import new_request_id, request_id
 from server.reload.store import PolicyStore
 from server.reservations.endpoint import reservations_endpoint
-from server.settings import Settings
+from server.settings import NO_POLICIES, Settings, env_name
 from server.state import ServerState
 from server.verbs.endpoints import VerbDispatch, VerbEndpoint
 from server.admission.webhook import handle_admission
@@ -93,7 +93,7 @@ async def connect_cluster(settings: Settings) -> Any:
 
 
 def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[asyncio.Task[Any]]:
-    """The Lease campaign and the gate controller that runs while this replica leads."""
+    """The Lease campaign and the controllers --controllers switched on, which act while this replica leads."""
     from server.admission.gates import GateController
     from server.cluster.leader import LeaderElector, default_identity
     from server.reservations.controller import ReservationController
@@ -107,27 +107,42 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
         identity=settings.identity or default_identity(),
         lease_duration_s=settings.lease_duration_s,
     )
-    gates = GateController(state, resync_s=settings.gate_resync_s, debounce_s=settings.gate_debounce_ms / 1000)
-    reservations = ReservationController(state, resync_s=settings.gate_resync_s or 30.0)
-    state.gates, state.elector, state.reservations = gates, elector, reservations
-    return [
-        asyncio.create_task(elector.run(stop), name="leader-election"),
-        asyncio.create_task(gates.run(stop, elector.leading), name="gate-controller"),
-        asyncio.create_task(reservations.run(stop, elector.leading), name="reservation-controller"),
-    ]
+    state.elector = elector
+    tasks = [asyncio.create_task(elector.run(stop), name="leader-election")]
+    if "gates" in settings.controller_set:
+        gates = state.gates = GateController(state, resync_s=settings.gate_resync_s, debounce_s=settings.gate_debounce_ms / 1000)
+        tasks.append(asyncio.create_task(gates.run(stop, elector.leading), name="gate-controller"))
+    if "reservations" in settings.controller_set:
+        reservations = state.reservations = ReservationController(state, resync_s=settings.gate_resync_s or 30.0)
+        tasks.append(asyncio.create_task(reservations.run(stop, elector.leading), name="reservation-controller"))
+    return tasks
+
+
+BIND_OFF = f"kpe's bind verb is off: start kpe with --bind ({env_name('bind')}=true) to serve it"
 
 
 async def _json_http_error(request: Request, exc: Exception) -> Response:
     """Unknown paths and wrong methods answer JSON, like every other error of kpe's."""
     assert isinstance(exc, HTTPException)
+    settings: Settings = request.app.state.kpe.settings
+    if exc.status_code == 404 and not settings.bind and request.url.path == f"{settings.prefix.rstrip('/')}/bind":
+        # A scheduler whose bindVerb kpe does not serve: a bare Not Found would send its
+        # operator checking the URL, when the fix is a flag of kpe's.
+        return json_response({"Error": BIND_OFF}, 404)
     return json_response({"Error": f"{request.method} {request.url.path}: {exc.detail}"}, exc.status_code, headers=dict(exc.headers or {}))
 
 
 def create_app(settings: Settings, *, store: PolicyStore | None = None, client: Any = None, connect: bool = True) -> Starlette:
     """The kpe app. ``client`` injects a Kubernetes client (tests); otherwise the
     lifespan connects according to ``settings.cluster`` unless ``connect`` is False."""
+    if store is None and not settings.policies:
+        # An empty path would load whatever lies in the working directory.
+        raise ValueError(NO_POLICIES)
     store = store or PolicyStore(
-        settings.policies, allow_empty=settings.allow_empty_policies, cost_limits=CostLimits(settings.cel_cost_limit, settings.cel_admission_cost_limit)
+        settings.policies,
+        allow_empty=settings.allow_empty_policies,
+        cost_limits=CostLimits(settings.cel_cost_limit, settings.cel_admission_cost_limit),
+        excluded_namespaces=settings.excluded_namespace_set,
     )
     if not store.ready:
         store.load_initial()
@@ -159,14 +174,18 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
             state.cache = ClusterCache(state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s, policies=store)
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
             tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
-            if settings.requeue_rate > 0:
+            controllers = settings.controller_set
+            if "requeue" in controllers and settings.requeue_rate > 0:
                 from server.admission.requeue import Requeuer
 
                 requeue = state.requeue = Requeuer(rate=settings.requeue_rate)
                 tasks.append(asyncio.create_task(requeue.run(state, stop), name="requeue-after-reload"))
-            if any(p.admission is not None for p in store.current.policies) or settings.gate_resync_s > 0:
+            if controllers & {"gates", "reservations"}:
                 tasks += start_gate_controller(state, stop)
-        log.info("kpe serving", extra={"generation": store.current.generation, "prefix": settings.prefix, "cluster": state.client is not None})
+            else:
+                # A kpe started by hand with someone's kubeconfig must not act on their cluster.
+                log.info("controllers off: kpe reads the cluster but never writes to it (--controllers gates,reservations,requeue turns them on)")
+        log.info("kpe serving", extra={"generation": store.current.generation, "prefix": settings.prefix, "cluster": state.client.source if state.client is not None else None, "controllers": sorted(settings.controller_set)})
         try:
             yield
         finally:

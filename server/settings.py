@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
-from pathlib import Path
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
+
+from engine.policy.model import SYSTEM_NAMESPACES
 
 
 class UsageError(Exception):
@@ -20,88 +21,117 @@ class UsageError(Exception):
 
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # every kpe command's exit codes
+CONTROLLERS = ("gates", "reservations", "requeue")  # what --controllers may switch on
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def default_policies() -> str:
-    """The shipped example policies: ./policies if present, else the ones beside the installed code."""
-    here = Path("policies")
-    if here.is_dir():
-        return str(here)
-    return str(Path(__file__).resolve().parent.parent / "policies")
+NO_POLICIES = (
+    "no policies given: name a policy file or directory with --policies PATH (KPE_POLICIES for kpe serve); "
+    "kpe uses no policy it was not given (the examples in its repository's policies/ folder included)"
+)
+
+
+def policy_paths(given: Sequence[str] | str | None) -> list[str]:
+    """The policy paths a command was given. None given is a usage error, never a silent
+    default: a directory picked for the user (./policies, or the examples beside the code)
+    would decide pods under policies nobody chose."""
+    if not given:
+        raise UsageError(NO_POLICIES)
+    return [given] if isinstance(given, str) else list(given)
 
 
 @dataclass(frozen=True)
 class Settings:
-    policies: str = field(default_factory=default_policies, metadata={"help": "policy file or directory (hot-reloaded); default: the shipped policies"})
-    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0 in a pod)"})
-    port: int = field(default=8888, metadata={"help": "port to listen on"})
-    prefix: str = field(default="/scheduler", metadata={"help": "URL prefix of the extender verbs (kube-scheduler's urlPrefix path)"})
-    tls_cert: str = field(default="", metadata={"help": "PEM certificate file; with --tls-key, serve HTTPS"})
-    tls_key: str = field(default="", metadata={"help": "PEM private key file"})
-    tls_client_ca: str = field(default="", metadata={"help": "CA bundle: require client certificates signed by it on --port (kube-scheduler's tlsConfig)"})
-    webhook_port: int = field(default=0, metadata={"help": "port of the admission webhook's own listener (0: served on --port)"})
-    webhook_client_ca: str = field(default="", metadata={"help": "CA bundle: require kube-apiserver's client certificate on --webhook-port"})
-    introspection_port: int = field(default=0, metadata={"help": "port of /apis/v1 (pods, decisions, explanations) on its own listener (0: served on --port)"})
-    introspection_host: str = field(default="127.0.0.1", metadata={"help": "address of the --introspection-port listener (loopback: reach it with kubectl port-forward)"})
-    health_port: int = field(default=0, metadata={"help": "port of /healthz, /readyz and /metrics on their own plain-HTTP listener (0: served on --port)"})
-    bind: bool = field(default=False, metadata={"help": "serve the bind verb (kube-scheduler's bindVerb); off, /<prefix>/bind is not served"})
+    policies: str = field(default="", metadata={"help": "policy file or directory (hot-reloaded); required: kpe serves no policy it was not given"})
+    host: str = field(default="127.0.0.1", metadata={"group": "listening and TLS", "help": "address to listen on (0.0.0.0 in a pod)"})
+    port: int = field(default=8888, metadata={"group": "listening and TLS", "help": "port to listen on"})
+    prefix: str = field(default="/scheduler", metadata={"group": "listening and TLS", "help": "URL prefix of the extender verbs (kube-scheduler's urlPrefix path)"})
+    tls_cert: str = field(default="", metadata={"group": "listening and TLS", "help": "PEM certificate file; with --tls-key, serve HTTPS"})
+    tls_key: str = field(default="", metadata={"group": "listening and TLS", "help": "PEM private key file"})
+    tls_client_ca: str = field(default="", metadata={"group": "listening and TLS", "help": "CA bundle: require client certificates signed by it on --port (kube-scheduler's tlsConfig)"})
+    webhook_port: int = field(default=0, metadata={"group": "listening and TLS", "help": "port of the admission webhook's own listener (0: served on --port)"})
+    webhook_client_ca: str = field(default="", metadata={"group": "listening and TLS", "help": "CA bundle: require kube-apiserver's client certificate on --webhook-port"})
+    introspection_port: int = field(default=0, metadata={"group": "listening and TLS", "help": "port of /apis/v1 (pods, decisions, explanations) on its own listener (0: served on --port)"})
+    introspection_host: str = field(default="127.0.0.1", metadata={"group": "listening and TLS", "help": "address of the --introspection-port listener (loopback: reach it with kubectl port-forward)"})
+    health_port: int = field(default=0, metadata={"group": "listening and TLS", "help": "port of /healthz, /readyz and /metrics on their own plain-HTTP listener (0: served on --port)"})
+    bind: bool = field(default=False, metadata={"group": "listening and TLS", "help": "serve the bind verb (kube-scheduler's bindVerb); off, /<prefix>/bind is not served"})
     request_deadline_s: float = field(
         default=4.0,
         metadata={
+            "group": "limits and timeouts",
             "help": "stop evaluating a request's nodes after this long and answer the rest under each policy's failurePolicy; "
             "keep it below kube-scheduler's httpTimeout (5 s as kpe scheduler-config writes it)"
         },
     )
-    keep_alive_s: float = field(default=120.0, metadata={"help": "close a connection idle this long; longer than kube-scheduler's 90 s, so kpe never closes one the scheduler is about to reuse"})
-    header_timeout_s: float = field(default=10.0, metadata={"help": "close a connection whose request headers take longer than this"})
-    body_timeout_s: float = field(default=10.0, metadata={"help": "answer 408 to a request whose body takes longer than this to arrive"})
-    kubeconfig: str = field(default="", metadata={"help": "kubeconfig for cluster access; default: in-cluster credentials, else $KUBECONFIG or ~/.kube/config"})
-    cluster: str = field(default="auto", metadata={"help": "cluster access: auto (use credentials if found), on (require them), off (serve whole-node requests only)"})
-    max_body_bytes: int = field(default=64 * 1024 * 1024, metadata={"help": "largest request body accepted (sized for 5,000 whole nodes)"})
-    reload_debounce_ms: int = field(default=300, metadata={"help": "wait this long after the last policy file change before reloading"})
+    keep_alive_s: float = field(default=120.0, metadata={"group": "limits and timeouts", "help": "close a connection idle this long; longer than kube-scheduler's 90 s, so kpe never closes one the scheduler is about to reuse"})
+    header_timeout_s: float = field(default=10.0, metadata={"group": "limits and timeouts", "help": "close a connection whose request headers take longer than this"})
+    body_timeout_s: float = field(default=10.0, metadata={"group": "limits and timeouts", "help": "answer 408 to a request whose body takes longer than this to arrive"})
+    kubeconfig: str = field(default="", metadata={"group": "cluster access and cache", "help": "kubeconfig for cluster access; default: in-cluster credentials, else $KUBECONFIG or ~/.kube/config"})
+    cluster: str = field(default="auto", metadata={"group": "cluster access and cache", "choices": ("auto", "on", "off"), "help": "cluster access: auto (use credentials if found), on (require them), off (serve whole-node requests only)"})
+    controllers: str = field(
+        default="",
+        metadata={
+            "group": "cluster access and cache",
+            "help": "what kpe may change in the cluster, comma-separated: gates (the gate controller lifts scheduling gates), "
+            "reservations (placeholder pods), requeue (touches rejected pods after a reload); either of the first two joins "
+            "the Lease; none: kpe answers, explains and previews but never writes to the cluster (deploy/ turns all three on)",
+        },
+    )
+    excluded_namespaces: str = field(
+        default=",".join(SYSTEM_NAMESPACES),
+        metadata={
+            "group": "policies",
+            "help": "namespaces whose pods no policy matches, comma-separated (the control plane's and kpe's own, so they never "
+            "depend on kpe; keep the admission webhook's namespaceSelector in step); empty: none",
+        },
+    )
+    max_body_bytes: int = field(default=64 * 1024 * 1024, metadata={"group": "limits and timeouts", "help": "largest request body accepted (sized for 5,000 whole nodes)"})
+    reload_debounce_ms: int = field(default=300, metadata={"group": "policies", "help": "wait this long after the last policy file change before reloading"})
     allow_empty_policies: bool = field(
         default=False,
-        metadata={"help": "accept a policy path with no policies (then every node passes every pod); refused by default, at start-up and on reload"},
+        metadata={"group": "policies", "help": "accept a policy path with no policies (then every node passes every pod); refused by default, at start-up and on reload"},
     )
     cel_cost_limit: int = field(
         default=1_000_000,
         metadata={
+            "group": "limits and timeouts",
             "help": "the most estimated worst-case cost (docs/cel-functions.md) one evaluation of a policy expression may have; "
             "over it a policy is refused at load time (KPE306), and it is each evaluation's run-time budget (Kubernetes' PerCallLimit)"
         },
     )
     cel_admission_cost_limit: int = field(
         default=100_000_000,
-        metadata={"help": "the same for admission expressions, which may iterate every pod and node in the cluster"},
+        metadata={"group": "limits and timeouts", "help": "the same for admission expressions, which may iterate every pod and node in the cluster"},
     )
-    decision_log_size: int = field(default=1000, metadata={"help": "how many recent decisions /apis/v1/decisions keeps"})
+    decision_log_size: int = field(default=1000, metadata={"group": "logging and introspection", "help": "how many recent decisions /apis/v1/decisions keeps"})
     decision_log_bytes: int = field(
         default=16 * 1024 * 1024,
-        metadata={"help": "the most bytes (estimated from their JSON) of decisions /apis/v1/decisions keeps, oldest going first; "
+        metadata={"group": "logging and introspection", "help": "the most bytes (estimated from their JSON) of decisions /apis/v1/decisions keeps, oldest going first; "
             "one decision keeps at most 1/16 of it (its first rejected nodes, and how many were left out)"},
     )
-    log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
-    log_decisions: bool = field(default=False, metadata={"help": "log every decision at info level (else debug)"})
-    webhook_on_error: str = field(default="allow", metadata={"help": "when kpe itself fails in the admission webhook: allow (pod created without kpe's gates) or deny"})
-    lease_namespace: str = field(default="kpe-system", metadata={"help": "namespace of the gate controller's coordination.k8s.io Lease"})
-    lease_name: str = field(default="kpe-gate-controller", metadata={"help": "name of the gate controller's Lease"})
-    lease_duration_s: float = field(default=15.0, metadata={"help": "how long a leader's Lease lasts without renewal before another replica takes over"})
-    identity: str = field(default="", metadata={"help": "this replica's identity in the Lease (default: hostname, pid and a random suffix)"})
-    gate_resync_s: float = field(default=30.0, metadata={"help": "re-evaluate every gated pod at least this often"})
-    gate_debounce_ms: int = field(default=200, metadata={"help": "after a pod, node or policy change, wait this long for more before re-evaluating"})
-    reservation_namespace: str = field(default="kpe-system", metadata={"help": "namespace of the reservations' placeholder pods (kpe creates and deletes pods there)"})
-    placeholder_image: str = field(default="registry.k8s.io/pause:3.10", metadata={"help": "image of the reservations' placeholder pods (never does anything)"})
+    log_level: str = field(default="info", metadata={"group": "logging and introspection", "choices": LOG_LEVELS, "help": "the least severe level logged"})
+    log_decisions: bool = field(default=False, metadata={"group": "logging and introspection", "help": "log every decision at info level (else debug)"})
+    webhook_on_error: str = field(default="allow", metadata={"group": "admission and gates", "choices": ("allow", "deny"), "help": "when kpe itself fails in the admission webhook: allow (pod created without kpe's gates) or deny"})
+    lease_namespace: str = field(default="kpe-system", metadata={"group": "admission and gates", "help": "namespace of the gate controller's coordination.k8s.io Lease"})
+    lease_name: str = field(default="kpe-gate-controller", metadata={"group": "admission and gates", "help": "name of the gate controller's Lease"})
+    lease_duration_s: float = field(default=15.0, metadata={"group": "admission and gates", "help": "how long a leader's Lease lasts without renewal before another replica takes over"})
+    identity: str = field(default="", metadata={"group": "admission and gates", "help": "this replica's identity in the Lease (default: hostname, pid and a random suffix)"})
+    gate_resync_s: float = field(default=30.0, metadata={"group": "admission and gates", "help": "re-evaluate every gated pod at least this often"})
+    gate_debounce_ms: int = field(default=200, metadata={"group": "admission and gates", "help": "after a pod, node or policy change, wait this long for more before re-evaluating"})
+    reservation_namespace: str = field(default="kpe-system", metadata={"group": "reservations", "help": "namespace of the reservations' placeholder pods (kpe creates and deletes pods there)"})
+    placeholder_image: str = field(default="registry.k8s.io/pause:3.10", metadata={"group": "reservations", "help": "image of the reservations' placeholder pods (never does anything)"})
     placeholder_priority_class: str = field(
         default="kpe-placeholder",
-        metadata={"help": "PriorityClass of the placeholder pods; must exist and be lower than every owner's (deploy/priorityclass.yaml ships it)"},
+        metadata={"group": "reservations", "help": "PriorityClass of the placeholder pods; must exist and be lower than every owner's (deploy/priorityclass.yaml ships it)"},
     )
     reservation_grace_s: float = field(
         default=5.0,
-        metadata={"help": "wait this long before recreating a placeholder that vanished, for the owner that preempted it to be nominated to its node"},
+        metadata={"group": "reservations", "help": "wait this long before recreating a placeholder that vanished, for the owner that preempted it to be nominated to its node"},
     )
     equivalence_classes: int = field(
         default=16,
         metadata={
+            "group": "cluster access and cache",
             "help": "pod equivalence classes whose per-node results kpe keeps for node-name requests, least recently used "
             "going first (0.3 to 0.6 MB per class per 1,000 nodes; 0 turns the equivalence cache off)"
         },
@@ -109,18 +139,38 @@ class Settings:
     requeue_rate: float = field(
         default=50.0,
         metadata={
+            "group": "policies",
             "help": "after a policy reload, touch at most this many pending pods a second that kpe rejected under the old set, "
             "so kube-scheduler retries them (0 turns it off)"
         },
     )
-    relist_backoff_max_s: float = field(default=30.0, metadata={"help": "longest wait between retries when the API server fails"})
+    relist_backoff_max_s: float = field(default=30.0, metadata={"group": "cluster access and cache", "help": "longest wait between retries when the API server fails"})
     cache_stale_after_s: float = field(
         default=60.0,
         metadata={
+            "group": "cluster access and cache",
             "help": "when kpe has been cut off from the API server this long, node-name requests get an Error instead of answers "
             "from its stale cache (0: never)"
         },
     )
+    scheduler_name: str = field(
+        default="",
+        metadata={
+            "group": "admission and gates",
+            "help": "kpe's own scheduler (deploy/scheduler/): the admission webhook sets a pod's spec.schedulerName to it when a policy "
+            "with filters, scores or preemption matches the pod and the pod left the choice to the cluster (no schedulerName, or "
+            "default-scheduler), never overriding another; a pod created while the webhook is unreachable keeps the default one; "
+            "empty: pods keep the scheduler they name",
+        },
+    )
+
+    @property
+    def controller_set(self) -> frozenset[str]:
+        return frozenset(c.strip() for c in self.controllers.split(",") if c.strip())
+
+    @property
+    def excluded_namespace_set(self) -> frozenset[str]:
+        return frozenset(n.strip() for n in self.excluded_namespaces.split(",") if n.strip())
 
     @property
     def tls(self) -> bool:
@@ -140,10 +190,15 @@ class Settings:
         for name in ("keep_alive_s", "header_timeout_s", "body_timeout_s", "request_deadline_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be positive")
-        if self.cluster not in ("auto", "on", "off"):
-            problems.append(f"--cluster must be auto, on or off, not {self.cluster!r}")
-        if self.webhook_on_error not in ("allow", "deny"):
-            problems.append(f"--webhook-on-error must be allow or deny, not {self.webhook_on_error!r}")
+        if not self.policies:
+            problems.append(NO_POLICIES)
+        unknown = sorted(self.controller_set - set(CONTROLLERS))
+        if unknown:
+            problems.append(f"--controllers takes {', '.join(CONTROLLERS)} (comma-separated), not {', '.join(unknown)}")
+        for f in fields(self):
+            allowed = f.metadata.get("choices")
+            if allowed and getattr(self, f.name) not in allowed:
+                problems.append(f"{flag_of(f.name)} must be {_either(allowed)}, not {getattr(self, f.name)!r}")
         if not self.prefix.startswith("/"):
             problems.append(f"--prefix must start with '/', not {self.prefix!r}")
         if self.equivalence_classes < 0:
@@ -156,6 +211,8 @@ class Settings:
             problems.append("--reservation-grace-s must be 0 or more")
         if self.max_body_bytes <= 0:
             problems.append("--max-body-bytes must be positive")
+        if self.scheduler_name and (self.scheduler_name == "default-scheduler" or len(self.scheduler_name) > 253 or not all(p[:1].isalnum() and p[-1:].isalnum() and p.isascii() and p == p.lower() and p.replace("-", "").isalnum() for p in self.scheduler_name.split("."))):
+            problems.append(f"--scheduler-name must be a lowercase DNS subdomain naming kpe's own scheduler, not the default one: {self.scheduler_name!r}")
         return problems
 
 
@@ -181,15 +238,63 @@ def env_name(name: str) -> str:
     return "KPE_" + name.upper()
 
 
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _either(values: Sequence[str]) -> str:
+    return ", ".join(values[:-1]) + " or " + values[-1] if len(values) > 1 else "".join(values)
+
+
+# `kpe serve --help`'s headings, most asked-for first; a field names its own with a "group" metadata key.
+GROUPS = ("policies", "listening and TLS", "cluster access and cache", "admission and gates", "reservations", "limits and timeouts", "logging and introspection")
+
+
+def grouped_fields(of: Any = None) -> list[tuple[str, list[Field[Any]]]]:
+    """The fields of Settings (or of the dataclass ``of``) under their headings, in the order
+    of GROUPS, then of any other group a field names.
+
+    A field without a group is listed with the field above it (the first field, under the
+    first heading): one added beside its kin shows up with them instead of going missing."""
+    by_group: dict[str, list[Field[Any]]] = {group: [] for group in GROUPS}
+    group = GROUPS[0]
+    for f in fields(of or Settings):
+        group = str(f.metadata.get("group", group))
+        by_group.setdefault(group, []).append(f)
+    return [(group, members) for group, members in by_group.items() if members]
+
+
+def plain(text: str) -> str:
+    """Help text as a terminal shows it: the ``code`` markup of docstrings is noise there."""
+    return text.replace("``", "")
+
+
+def default_words(f: Field[Any]) -> str:
+    """A field's default as `kpe serve --help` shows it; "" when its help says it in words
+    ("default: ...") or it is computed at start-up."""
+    if f.default is MISSING or "default:" in str(f.metadata.get("help", "")):
+        return ""
+    if isinstance(f.default, bool):
+        return "on" if f.default else "off"
+    return "none" if f.default == "" else str(f.default)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per field, named after it; the default is None so unset flags fall back to the environment."""
-    for f in fields(Settings):
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.metadata.get('help', '')} [env {env_name(f.name)}]"
-        if f.type in (bool, "bool"):
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        else:
-            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
+    """One flag per field, named after it, under its group's heading; the default is None so
+    unset flags fall back to the environment."""
+    for title, members in grouped_fields():
+        group = parser.add_argument_group(title)
+        for f in members:
+            default = default_words(f)
+            help_text = plain(str(f.metadata.get("help", ""))) + (f" (default: {default})" if default else "") + f" [env {env_name(f.name)}]"
+            help_text = help_text.replace("%", "%%")  # argparse formats help with %
+            if f.type in (bool, "bool"):
+                group.add_argument(flag_of(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            else:
+                allowed = f.metadata.get("choices")
+                # Not argparse's choices=: the KPE_* variables need the same check, so validate() makes it.
+                metavar = "{" + ",".join(allowed) + "}" if allowed else f.name.upper()
+                group.add_argument(flag_of(f.name), dest=f.name, default=None, metavar=metavar, help=help_text)
 
 
 def load_settings(args: argparse.Namespace | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:
@@ -209,4 +314,4 @@ def describe(settings: Settings) -> dict[str, Any]:
     return {f.name: getattr(settings, f.name) for f in fields(Settings)}
 
 
-__all__ = ["Settings", "add_arguments", "describe", "env_name", "load_settings"]
+__all__ = ["Settings", "add_arguments", "describe", "env_name", "grouped_fields", "load_settings"]

@@ -103,6 +103,7 @@ def cluster(tmp_path: Path, *, policy: str = POLICY, quota_taken: bool = True, r
             policies=str(tmp_path / "policy.yaml"),
             kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
             cluster="on",
+            controllers="gates,reservations,requeue",
             lease_duration_s=2,
             gate_resync_s=resync_s,
             gate_debounce_ms=50,

@@ -21,7 +21,7 @@ from server.cluster.kube import ApiError, CredentialsError, Expired, KubeClient
 from server.telemetry.metrics import Metrics
 from tests.fakeapi import FakeApiServer, State
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kube-apiserver-wire"  # shared/ sits beside main/
+FIXTURES = Path(__file__).resolve().parent / "data" / "fixtures" / "kube-apiserver-wire"
 TOKEN = "kpe-test-token"
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -58,7 +60,7 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["check"])
     assert info.value.code == 2
-    code, _ = run("explain", "--pod", "missing.yaml", "--nodes", str(EXAMPLES / "nodes.yaml"))
+    code, _ = run("explain", "--policies", str(ROOT / "policies"), "--pod", "missing.yaml", "--nodes", str(EXAMPLES / "nodes.yaml"))
     assert code == 2
     assert "cannot read missing.yaml" in capsys.readouterr().err
 
@@ -97,13 +99,13 @@ spec:
 
 
 def test_explain_shows_each_node_with_verdict_reason_and_score() -> None:
-    code, out = run("explain", "--pod", str(EXAMPLES / "pod-gpu-training.yaml"), "--nodes", str(EXAMPLES / "nodes.yaml"))
+    code, out = run("explain", "--policies", str(ROOT / "policies"), "--pod", str(EXAMPLES / "pod-gpu-training.yaml"), "--nodes", str(EXAMPLES / "nodes.yaml"))
     assert code == 0
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("gpu-", "cpu-"))}
     assert "UNRESOLVABLE" in lines["gpu-a2-maintenance"] and "maintenance-drain/not-in-maintenance" in lines["gpu-a2-maintenance"]
     assert "UNRESOLVABLE" in lines["cpu-a1"] and "gpu-placement/gpu-node: node has no GPUs" in lines["cpu-a1"]
     assert "PASS" in lines["gpu-a1"]
-    code, out = run("explain", "--output", "json", "--pod", str(EXAMPLES / "pod-gpu-training.yaml"), "--nodes", str(EXAMPLES / "nodes.yaml"))
+    code, out = run("explain", "--output", "json", "--policies", str(ROOT / "policies"), "--pod", str(EXAMPLES / "pod-gpu-training.yaml"), "--nodes", str(EXAMPLES / "nodes.yaml"))
     report = json.loads(out)
     assert {n["node"]: n["verdict"] for n in report["nodes"]}["gpu-b1"] == "pass"
     assert all(isinstance(n["score"], int) for n in report["nodes"])
@@ -113,3 +115,93 @@ def test_the_installed_command_runs_as_a_process() -> None:
     done = subprocess.run([sys.executable, "-m", "server.cli", "check", "policies"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "policies OK" in done.stdout
+
+
+def test_check_of_a_path_that_does_not_exist_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nonexistent"
+    code, out = run("check", str(missing))
+    assert (code, out) == (2, "")
+    assert capsys.readouterr().err == f"kpe check: {missing}: error[KPE100] no such file or directory\n"
+
+
+def test_test_of_a_path_that_does_not_exist_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nonexistent"
+    code, out = run("test", str(ROOT / "policies" / "tests"), str(missing))
+    assert (code, out) == (2, "")
+    assert capsys.readouterr().err == f"kpe test: {missing}: no such file or directory\n"
+
+
+def declared_version() -> str:
+    return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
+
+
+def test_version_prints_kpe_and_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"kpe {importlib.metadata.version('kube-policy-extender')}\n"
+
+
+def test_version_of_a_checkout_never_installed_is_the_one_pyproject_declares(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"kpe {declared_version()}\n"
+
+
+def test_serve_refuses_a_log_level_it_does_not_know_and_names_the_ones_it_does(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = run("serve", "--policies", str(ROOT / "policies"), "--log-level", "verbose")
+    assert code == 2
+    assert capsys.readouterr().err == "kpe serve: --log-level must be debug, info, warning or error, not 'verbose'\n"
+    monkeypatch.setenv("KPE_LOG_LEVEL", "verbose")
+    code, _ = run("serve", "--policies", str(ROOT / "policies"))
+    assert code == 2
+    assert capsys.readouterr().err == "kpe serve: --log-level must be debug, info, warning or error, not 'verbose'\n"
+
+
+def serve_help(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--help"])
+    assert info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_serve_help_groups_the_settings_under_headings(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    text = serve_help(monkeypatch, capsys)
+    assert text.startswith(
+        "usage: kpe serve [options]\n\nkpe serve: run the extender under uvicorn, over HTTP or HTTPS. Every option is also a KPE_*\n"
+        "environment variable: a flag wins over the variable, the variable over the default.\n\noptions:\n"
+    )
+    headings = [line for line in text.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert headings == [
+        "options:",
+        "policies:",
+        "listening and TLS:",
+        "cluster access and cache:",
+        "admission and gates:",
+        "reservations:",
+        "limits and timeouts:",
+        "logging and introspection:",
+    ]
+    assert "\nlistening and TLS:\n  --host HOST " in text and "\nlogging and introspection:\n  --decision-log-size " in text
+    assert "``" not in text
+
+
+def test_serve_help_shows_each_default_and_the_allowed_values(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    words = " ".join(serve_help(monkeypatch, capsys).split())  # as read, whatever the terminal's width
+    for shown in (
+        "--port PORT port to listen on (default: 8888) [env KPE_PORT]",
+        "--tls-key TLS_KEY PEM private key file (default: none) [env KPE_TLS_KEY]",
+        "--bind, --no-bind serve the bind verb (kube-scheduler's bindVerb); off, /<prefix>/bind is not served (default: off) [env KPE_BIND]",
+        "--log-level {debug,info,warning,error} the least severe level logged (default: info) [env KPE_LOG_LEVEL]",
+        "--webhook-on-error {allow,deny} when kpe itself fails in the admission webhook: allow (pod created without kpe's gates) or deny (default: allow) [env KPE_WEBHOOK_ON_ERROR]",
+        "--cluster {auto,on,off} cluster access: auto (use credentials if found), on (require them), off (serve whole-node requests only) (default: auto) [env KPE_CLUSTER]",
+        # Its help says the default in words, so it is not said twice.
+        "--identity IDENTITY this replica's identity in the Lease (default: hostname, pid and a random suffix) [env KPE_IDENTITY]",
+    ):
+        assert shown in words

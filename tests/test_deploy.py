@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from engine.policy.model import SYSTEM_NAMESPACES
+
 from server.app import WEBHOOK_PATH
 from server.cli.main import EXIT_OK, main
 from server.settings import Settings, env_name, load_settings
@@ -194,7 +196,8 @@ def test_webhook_skips_kpe_the_control_plane_and_opted_out_namespaces_but_no_pod
     (webhook,) = one(objects, "MutatingWebhookConfiguration")["webhooks"]
     by_key = {e["key"]: e for e in webhook["namespaceSelector"]["matchExpressions"]}
     names = by_key["kubernetes.io/metadata.name"]
-    assert names["operator"] == "NotIn" and set(names["values"]) == {"kpe-system", "kube-system"}
+    # The namespaces no policy matches (kpe's --excluded-namespaces): pods there never wait for kpe.
+    assert names["operator"] == "NotIn" and set(names["values"]) == Settings().excluded_namespace_set == set(SYSTEM_NAMESPACES)
     assert by_key["kpe.dev/admission"] == {"key": "kpe.dev/admission", "operator": "NotIn", "values": ["disabled"]}
     # A pod label would let any pod's author skip every admission policy.
     assert "objectSelector" not in webhook
@@ -244,6 +247,8 @@ def test_env_values_make_valid_settings_that_match_the_pod(objects: list[Obj]) -
     assert settings.tls_client_ca and settings.webhook_client_ca
     assert settings.introspection_port not in container_ports and settings.introspection_host == "127.0.0.1"
     assert settings.bind is False
+    # The deployment is where kpe acts on the cluster; a kpe started by hand does not.
+    assert settings.controller_set == {"gates", "reservations", "requeue"} and Settings(policies="p").controller_set == set()
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     assert settings.policies == mounts["policies"]
     assert Path(settings.tls_cert).parent == Path(settings.tls_key).parent == Path(mounts["tls"])
@@ -332,15 +337,28 @@ def test_policy_copy_matches_policies() -> None:
     assert sync_policies.differences() == [], "run: python deploy/sync_policies.py"
 
 
-def test_configmap_holds_exactly_the_shipped_policies(objects: list[Obj], tmp_path: Path) -> None:
+def test_the_base_enforces_no_policy_until_it_is_given_some(objects: list[Obj]) -> None:
+    assert one(objects, "ConfigMap").get("data", {}) == {}
+    env = {e["name"]: e.get("value") for e in container(objects)["env"]}
+    assert env["KPE_ALLOW_EMPTY_POLICIES"] == "true"
+
+
+def test_the_examples_component_serves_exactly_the_shipped_policies(tmp_path: Path) -> None:
     from engine.policy.loader import load
 
-    data = one(objects, "ConfigMap")["data"]
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        f"resources: [{os.path.relpath(DEPLOY, overlay)}]\ncomponents: [{os.path.relpath(DEPLOY / 'examples', overlay)}]\n"
+    )
+    data = one(kustomize(overlay), "ConfigMap")["data"]
     shipped = {p.name: p.read_text() for p in (ROOT / "policies").glob("*.yaml")}
     assert data == shipped
+    served = tmp_path / "served"
+    served.mkdir()
     for name, text in data.items():
-        (tmp_path / name).write_text(text)
-    assert len(load([tmp_path])) == len(load([ROOT / "policies"]))
+        (served / name).write_text(text)
+    assert len(load([served])) == len(load([ROOT / "policies"]))
 
 
 def test_example_scheduler_config_is_current(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -358,6 +376,153 @@ def test_example_scheduler_config_is_current(monkeypatch: pytest.MonkeyPatch) ->
     (entry,) = config["extenders"]
     assert entry["urlPrefix"].startswith("https://kpe.kpe-system.svc:443/")
     assert entry["tlsConfig"]["caFile"]
+
+
+# -- deploy/scheduler: a kube-scheduler of kpe's own --------------------------------------------
+
+SCHEDULER = DEPLOY / "scheduler"
+
+
+def with_components(tmp_path: Path, *components: str) -> list[Obj]:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": [os.path.relpath(DEPLOY, overlay)], "components": [os.path.relpath(DEPLOY / c, overlay) for c in components]})
+    )
+    return kustomize(overlay)
+
+
+@pytest.fixture(scope="module")
+def own_scheduler(tmp_path_factory: pytest.TempPathFactory) -> list[Obj]:
+    return with_components(tmp_path_factory.mktemp("own-scheduler"), "scheduler")
+
+
+def scheduler_pod(objects: list[Obj]) -> Obj:
+    spec: Obj = one(objects, "Deployment", "kpe-scheduler", "kpe-system")["spec"]["template"]["spec"]
+    return spec
+
+
+def scheduler_container(objects: list[Obj]) -> Obj:
+    (c,) = scheduler_pod(objects)["containers"]
+    found: Obj = c
+    return found
+
+
+def scheduler_config(objects: list[Obj]) -> Obj:
+    """The KubeSchedulerConfiguration the scheduler's --config names, read from the ConfigMap mounted there."""
+    c = scheduler_container(objects)
+    [path] = [a.removeprefix("--config=") for a in c["command"] if a.startswith("--config=")]
+    mount = next(m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in scheduler_pod(objects)["volumes"] if v["name"] == mount["name"])
+    config_map = one(objects, "ConfigMap", volume["configMap"]["name"], "kpe-system")
+    config: Obj = yaml.safe_load(config_map["data"][path.removeprefix(mount["mountPath"] + "/")])
+    return config
+
+
+def test_the_scheduler_component_s_configuration_is_what_kpe_scheduler_config_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = SCHEDULER / "scheduler-config.yaml"
+    text = path.read_text()
+    first = text.splitlines()[0]
+    prefix = "# Generated by: kpe scheduler-config"
+    assert first.startswith(prefix) and "--scheduler-name kpe-scheduler" in first
+    monkeypatch.chdir(ROOT)  # the command names paths relative to the repository
+    out = io.StringIO()
+    assert main(["scheduler-config", *shlex.split(first.removeprefix(prefix))], out=out) == EXIT_OK
+    assert out.getvalue() == text, f"regenerate: {first.removeprefix('# Generated by: ')} > deploy/scheduler/scheduler-config.yaml"
+
+
+def test_the_scheduler_component_runs_its_configuration_with_its_own_profile_lease_and_credentials(own_scheduler: list[Obj]) -> None:
+    config = scheduler_config(own_scheduler)
+    assert config == yaml.safe_load((SCHEDULER / "scheduler-config.yaml").read_text()), "the ConfigMap holds the file as generated"
+    assert config["profiles"] == [{"schedulerName": "kpe-scheduler"}]
+    election = config["leaderElection"]
+    assert election == {"leaderElect": True, "resourceName": "kpe-scheduler", "resourceNamespace": "kpe-system"}
+    # Its Role grants exactly that Lease, where the Deployment runs.
+    role = one(own_scheduler, "Role", "kpe-scheduler-leader-election", election["resourceNamespace"])
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [election["resourceName"]], "verbs": ["get", "update"]}]
+    assert "clientConnection" not in config, "in-cluster credentials: its ServiceAccount"
+    assert scheduler_pod(own_scheduler)["serviceAccountName"] == "kpe-scheduler"
+    assert exists(own_scheduler, "ServiceAccount", "kpe-scheduler", "kpe-system")
+
+
+def test_the_scheduler_component_calls_kpe_s_service_trusting_its_ca_with_a_client_certificate(own_scheduler: list[Obj]) -> None:
+    (entry,) = scheduler_config(own_scheduler)["extenders"]
+    service = one(own_scheduler, "Service", "kpe", "kpe-system")
+    port = next(p for p in service["spec"]["ports"] if p["name"] == "scheduler")
+    assert entry["urlPrefix"] == f"https://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port['port']}{Settings().prefix}"
+    # kpe requires a client certificate on its verbs (KPE_TLS_CLIENT_CA): the scheduler presents one
+    # and checks kpe's certificate against a CA, all three files from one mounted Secret.
+    assert literal_env(container(own_scheduler))["KPE_TLS_CLIENT_CA"]
+    tls = entry["tlsConfig"]
+    assert set(tls) == {"caFile", "certFile", "keyFile"}
+    c = scheduler_container(own_scheduler)
+    volumes = {v["name"]: v for v in scheduler_pod(own_scheduler)["volumes"]}
+    for key, path in tls.items():
+        mount = next(m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+        assert mount["readOnly"] is True
+        assert volumes[mount["name"]]["secret"]["secretName"] == "kpe-scheduler-client", key
+    assert sorted(Path(p).name for p in tls.values()) == ["ca.crt", "tls.crt", "tls.key"], "the keys of a kubernetes.io/tls Secret with its CA"
+    assert not any(o["kind"] == "Secret" for o in own_scheduler)
+    readme = (DEPLOY / "README.md").read_text()
+    assert "kubectl -n kpe-system create secret generic kpe-scheduler-client" in readme
+
+
+def test_with_cert_manager_the_scheduler_s_secret_is_issued_by_the_ca_that_signs_kpe_s_certificate(tmp_path: Path) -> None:
+    objects = with_components(tmp_path, "cert-manager", "scheduler")
+    secret = next(v for v in scheduler_pod(objects)["volumes"] if "secret" in v)["secret"]["secretName"]
+    client = next(o for o in objects if o["kind"] == "Certificate" and o["spec"]["secretName"] == secret)
+    assert client["spec"]["usages"] == ["client auth"]
+    # cert-manager writes the issuing CA as ca.crt: the CA that signed kpe-tls, which kpe's client CA is too.
+    assert client["spec"]["issuerRef"] == one(objects, "Certificate", "kpe-tls", "kpe-system")["spec"]["issuerRef"]
+
+
+def test_the_scheduler_component_runs_the_upstream_kube_scheduler_hardened_on_two_nodes(own_scheduler: list[Obj]) -> None:
+    dep = one(own_scheduler, "Deployment", "kpe-scheduler", "kpe-system")
+    assert dep["spec"]["replicas"] == 2
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert selected(dep["spec"]["selector"]["matchLabels"], labels)
+    pdb = one(own_scheduler, "PodDisruptionBudget", "kpe-scheduler", "kpe-system")
+    assert selected(pdb["spec"]["selector"]["matchLabels"], labels) and pdb["spec"]["minAvailable"] == 1
+    spec = scheduler_pod(own_scheduler)
+    # Placed by the default scheduler: a scheduler cannot wait for itself.
+    assert "schedulerName" not in spec
+    [term] = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert selected(term["podAffinityTerm"]["labelSelector"]["matchLabels"], labels)
+    c = scheduler_container(own_scheduler)
+    assert re.fullmatch(r"registry\.k8s\.io/kube-scheduler:v1\.32\.\d+", c["image"])
+    assert "minor version must match" in (SCHEDULER / "deployment.yaml").read_text()
+    assert c["command"][0] == "kube-scheduler"
+    [secure_port] = [int(a.removeprefix("--secure-port=")) for a in c["command"] if a.startswith("--secure-port=")]
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = c[probe]["httpGet"]
+        assert (get["path"], get["scheme"]) == ("/healthz", "HTTPS")
+        assert next(p for p in c["ports"] if p["name"] == get["port"])["containerPort"] == secure_port
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+    for section in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(c["resources"][section])
+
+
+def test_the_scheduler_component_s_rbac_is_the_built_in_scheduler_roles_and_its_lease(own_scheduler: list[Obj], objects: list[Obj]) -> None:
+    base = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    added = [o for o in own_scheduler if (o["kind"], o["metadata"]["name"]) not in base]
+    bindings = {(o["kind"], o["metadata"].get("namespace"), o["roleRef"]["kind"], o["roleRef"]["name"]) for o in added if o["kind"].endswith("Binding")}
+    assert bindings == {
+        ("ClusterRoleBinding", None, "ClusterRole", "system:kube-scheduler"),
+        ("ClusterRoleBinding", None, "ClusterRole", "system:volume-scheduler"),
+        ("RoleBinding", "kube-system", "Role", "extension-apiserver-authentication-reader"),
+        ("RoleBinding", "kpe-system", "Role", "kpe-scheduler-leader-election"),
+    }
+    for binding in (o for o in added if o["kind"].endswith("Binding")):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kpe-scheduler", "namespace": "kpe-system"}]
+    # No role of its own but the one Lease: the rest is Kubernetes' own, kept current by the API server.
+    assert [o["kind"] for o in added if o["kind"] in ("Role", "ClusterRole")] == ["Role"]
+    # The default scheduler and kpe's own objects are untouched.
+    assert [o for o in own_scheduler if (o["kind"], o["metadata"]["name"]) in base] == [
+        o for o in objects if o["kind"] != "ConfigMap" or o["metadata"]["name"].startswith("kpe-policies")
+    ]
 
 
 # -- Dockerfile ---------------------------------------------------------------------------------
@@ -390,7 +555,7 @@ def test_dockerfile_final_stage_is_non_root_and_has_no_build_tools(objects: list
     users = [i.split()[1] for i in final if i.upper().startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     assert int(users[-1].split(":")[0]) == pod_spec(objects)["securityContext"]["runAsUser"]
-    assert "KPE_POLICIES=/etc/kpe/policies" in body and "/etc/kpe/policies/" in body
+    assert "KPE_POLICIES" not in body and "COPY policies" not in body, "no policy is baked into the image"
     entrypoint = next(i for i in final if i.upper().startswith("ENTRYPOINT "))
     assert yaml.safe_load(entrypoint.split(None, 1)[1]) == ["kpe", "serve", "--host", "0.0.0.0"]
     exposed = [int(p) for i in final if i.upper().startswith("EXPOSE ") for p in i.split()[1:]]

@@ -125,7 +125,7 @@ def test_an_unknown_pod_or_target_is_a_usage_error(live: Live, capsys: pytest.Ca
 def test_a_cluster_without_credentials_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from server.cli.main import main
 
-    assert main(["explain", "pod", "ml/train", "--kubeconfig", str(tmp_path / "missing")]) == 2
+    assert main(["explain", "pod", "ml/train", "--policies", str(POLICIES), "--kubeconfig", str(tmp_path / "missing")]) == 2
     assert f"kubeconfig {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
 
 

@@ -1,5 +1,5 @@
 """The fake kube-apiserver (tests/fakeapi) against the real server's captures in
-/work/shared/fixtures/kube-apiserver-wire/: same bodies, codes, headers and stream framing."""
+tests/data/fixtures/kube-apiserver-wire/: same bodies, codes, headers and stream framing."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 from .fakeapi import ApiError, FakeApiServer, State
 from .serving import serve
 
-WIRE = Path("/work/shared/fixtures/kube-apiserver-wire")
+WIRE = Path(__file__).resolve().parent / "data" / "fixtures" / "kube-apiserver-wire"
 NODES = "/api/v1/nodes"
 PODS_DEMO = "/api/v1/namespaces/demo/pods"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kpe/leases"

@@ -80,7 +80,7 @@ def test_two_replicas_share_one_lease_only_the_leader_patches_and_the_other_take
                 # Each replica has its own credential, as pods with their own service-account
                 # tokens do: the fake's request log then tells whose requests are whose.
                 kubeconfig = api.write_kubeconfig(tmp_path / f"{name}.kubeconfig", token=name, require_token=False)
-                settings = Settings(policies=str(tmp_path / "policy.yaml"), kubeconfig=kubeconfig, cluster="on", identity=name,
+                settings = Settings(policies=str(tmp_path / "policy.yaml"), kubeconfig=kubeconfig, cluster="on", controllers="gates,reservations,requeue", identity=name,
                                     lease_duration_s=2, gate_resync_s=1, gate_debounce_ms=50)
                 replicas[name] = ServerThread(create_app(settings))
                 urls[name] = replicas[name].start()

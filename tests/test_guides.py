@@ -151,7 +151,7 @@ def test_each_kpe_command_in_the_docs_prints_what_the_docs_show(shown: Shown, tm
 def test_the_readme_starts_with_the_two_install_commands() -> None:
     sh = [b.text for b in blocks(ROOT / "README.md")[:2]]
     assert sh == [
-        "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && kpe check policies && kpe explain --pod docs/examples/pod-gpu-training.yaml --nodes docs/examples/nodes.yaml",
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && kpe check policies && kpe explain --policies policies --pod docs/examples/pod-gpu-training.yaml --nodes docs/examples/nodes.yaml",
         "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest -q",
     ]
 
@@ -162,7 +162,7 @@ def test_the_readme_cluster_pods_sentence_is_what_kpe_explain_says(monkeypatch: 
     reason = "gpu-placement/enough-free-gpus: node has 1 of 8 GPUs free, pod needs 2"
     assert "--cluster-pods docs/examples/cluster-pods.yaml" in readme and f"`{reason}`" in readme
     out = io.StringIO()
-    main(["explain", "--pod", "docs/examples/pod-gpu-training.yaml", "--nodes", "docs/examples/nodes.yaml", "--cluster-pods", "docs/examples/cluster-pods.yaml", "--output", "json"], out=out)
+    main(["explain", "--policies", "policies", "--pod", "docs/examples/pod-gpu-training.yaml", "--nodes", "docs/examples/nodes.yaml", "--cluster-pods", "docs/examples/cluster-pods.yaml", "--output", "json"], out=out)
     verdicts = {n["node"]: (n["verdict"], n["reason"]) for n in json.loads(out.getvalue())["nodes"]}
     assert verdicts["gpu-b1"] == ("fail", reason)
 
@@ -179,6 +179,7 @@ class Curl:
     path: str
     body: str | None
     expected: Any
+    controllers: str = ""  # the example's --controllers
 
     def __str__(self) -> str:
         return f"{rel(self.page)}:{self.line}: {self.method} {self.path}"
@@ -187,7 +188,7 @@ class Curl:
 def curl_examples() -> list[Curl]:
     found: list[Curl] = []
     for page in [ROOT / "README.md", *sorted((DOCS / "guides").glob("*.md"))]:
-        policies = ""
+        policies, controllers = "", ""
         page_blocks = blocks(page)
         for i, block in enumerate(page_blocks):
             if block.lang != "sh":
@@ -196,14 +197,16 @@ def curl_examples() -> list[Curl]:
             if serve:
                 args = shlex.split(serve.group(1))
                 assert "--cluster" in args and args[args.index("--cluster") + 1] == "off", f"{rel(page)}:{block.line}: examples serve with --cluster off"
-                policies = args[args.index("--policies") + 1] if "--policies" in args else "policies"
+                assert "--policies" in args, f"{rel(page)}:{block.line}: kpe serve needs --policies"
+                policies = args[args.index("--policies") + 1]
+                controllers = args[args.index("--controllers") + 1] if "--controllers" in args else ""
             command = block.text.replace("\\\n", " ")
             if "curl " not in command or i + 1 >= len(page_blocks) or page_blocks[i + 1].lang != "json":
                 continue
             words = shlex.split(command.split("|")[0])
             url = next(w for w in words if "localhost:8888" in w)
             body = next((w[1:] for w in words if w.startswith("@")), None)
-            found.append(Curl(page, block.line, policies, "POST" if "-XPOST" in words else "GET", url.split("localhost:8888", 1)[1], body, json.loads(page_blocks[i + 1].text)))
+            found.append(Curl(page, block.line, policies, "POST" if "-XPOST" in words else "GET", url.split("localhost:8888", 1)[1], body, json.loads(page_blocks[i + 1].text), controllers))
     return found
 
 
@@ -229,9 +232,9 @@ def test_each_curl_example_gets_the_answer_the_docs_show(monkeypatch: pytest.Mon
         apps: dict[str, Any] = {}
         answers = []
         for curl in CURLS:  # in document order: the decision log sees the requests before it
-            key = f"{curl.page}:{curl.policies}"
+            key = f"{curl.page}:{curl.policies}:{curl.controllers}"
             if key not in apps:  # no lifespan: no policy watcher, no cluster connection
-                apps[key] = create_app(Settings(policies=curl.policies, cluster="off"), connect=False)
+                apps[key] = create_app(Settings(policies=curl.policies, cluster="off", controllers=curl.controllers), connect=False)
             transport = httpx.ASGITransport(app=apps[key])
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost:8888") as client:
                 if curl.body is None:

@@ -92,7 +92,7 @@ def test_bind_is_served_only_when_asked_for_and_unknown_paths_answer_json() -> N
         with running(create_app(settings), settings) as urls:
             answer = httpx.post(urls["scheduler"] + "/scheduler/bind", json={"PodName": "p", "PodNamespace": "d", "PodUID": "u", "Node": "n"})
             assert (answer.status_code == 404) is not bind
-            assert answer.json()["Error"] == ("POST /scheduler/bind: Not Found" if not bind else
+            assert answer.json()["Error"] == ("kpe's bind verb is off: start kpe with --bind (KPE_BIND=true) to serve it" if not bind else
                                               "kpe has no cluster access, so it cannot bind pods: remove bindVerb or give kpe credentials")
             wrong_method = httpx.get(urls["scheduler"] + "/scheduler/filter")
             assert wrong_method.status_code == 405 and wrong_method.json()["Error"] == "GET /scheduler/filter: Method Not Allowed"

@@ -50,7 +50,7 @@ def test_a_reload_touches_the_pending_pods_the_old_set_rejected_and_nothing_else
         api.state.add_node({"metadata": {"name": "b1", "labels": {"pool": "b"}}})
         api.state.add_node({"metadata": {"name": "a1", "labels": {"pool": "a"}}})
         rejected, accepted, bound = pending(api, "rejected"), pending(api, "accepted"), pending(api, "bound")
-        settings = Settings(policies=str(policies), kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")), cluster="on", gate_resync_s=0, reload_debounce_ms=50)
+        settings = Settings(policies=str(policies), kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")), cluster="on", controllers="gates,reservations,requeue", gate_resync_s=0, reload_debounce_ms=50)
         with serve(create_app(settings)) as url:
             wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
             wait_for(lambda: len(httpx.get(url + "/apis/v1/nodes/a1").json().get("pods", [])) == 0)

@@ -52,6 +52,7 @@ def settings_for(api: FakeApiServer, tmp_path: Path, policy: Path) -> Settings:
         policies=str(policy.parent),
         kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
         cluster="on",
+        controllers="gates,reservations,requeue",
         lease_duration_s=2,
         gate_resync_s=1,
         gate_debounce_ms=50,

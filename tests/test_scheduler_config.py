@@ -5,7 +5,9 @@ managedResources follow the policy set."""
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from server.verbs.schedulerconfig import DEFAULT_URL, is_extended_resource_name
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = ROOT.parent / "shared" / "fixtures" / "kube-scheduler-wire" / "scheduler-config.yaml"
+FIXTURE = ROOT / "tests" / "data" / "fixtures" / "kube-scheduler-wire" / "scheduler-config.yaml"
 
 # Fields of kube-scheduler's Extender type that the captured config does not use
 # but kpe may write, and the fields of its ExtenderTLSConfig (json tags of the Go types).
@@ -137,7 +139,7 @@ def test_every_field_kpe_writes_has_the_shape_the_scheduler_accepts(tmp_path: Pa
 def test_verbs_are_server_routes_and_the_default_url_uses_the_server_prefix() -> None:
     from server.verbs.endpoints import VERBS
 
-    generated = generate("--entry-only", "--bind")
+    generated = generate("--entry-only", "--bind", "--policies", str(ROOT / "policies"))
     for key in ("filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb"):
         assert generated[key] in VERBS
     prefix = str(Settings.__dataclass_fields__["prefix"].default)
@@ -299,7 +301,7 @@ def test_no_managed_resources_for_resources_the_scheduler_would_refuse(tmp_path:
 
 
 def test_shipped_policies_send_every_pod() -> None:
-    assert "managedResources" not in generate("--entry-only")
+    assert "managedResources" not in generate("--entry-only", "--policies", str(ROOT / "policies"))
 
 
 @pytest.mark.parametrize(
@@ -367,3 +369,153 @@ def test_policy_errors_go_to_stderr(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, text = run("--policies", path)
     assert code == EXIT_FAILED and text == ""
     assert "KPE300" in capsys.readouterr().err
+
+
+# -- a scheduler of kpe's own (--scheduler-name) ------------------------------------------
+
+KUBE_SCHEDULER = Path(os.environ.get("KPE_K8S_BIN") or Path.home() / ".cache" / "kpe-k8s" / "bin") / "kube-scheduler"
+
+OWN_SCHEDULER = """\
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceName: kpe-scheduler
+  resourceNamespace: kpe-system
+profiles:
+- schedulerName: kpe-scheduler
+extenders:
+- urlPrefix: https://kpe.kpe-system.svc:443/scheduler
+  filterVerb: filter
+  preemptVerb: preempt
+  weight: 1
+  nodeCacheCapable: true
+  httpTimeout: 5s
+  tlsConfig:
+    certFile: /etc/kpe/scheduler-client/tls.crt
+    keyFile: /etc/kpe/scheduler-client/tls.key
+    caFile: /etc/kpe/scheduler-client/ca.crt
+  ignorable: false
+"""
+
+TLS_FLAGS = ("--ca-file", "/etc/kpe/scheduler-client/ca.crt", "--cert-file", "/etc/kpe/scheduler-client/tls.crt", "--key-file", "/etc/kpe/scheduler-client/tls.key")
+
+
+def body(text: str) -> str:
+    """The YAML without the generated header's comment lines."""
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
+
+
+def test_a_scheduler_of_kpe_s_own_has_one_profile_its_own_lease_and_in_cluster_credentials(tmp_path: Path) -> None:
+    path = write_policies(tmp_path, policy("a", FILTER))
+    code, text = run("--policies", path, "--scheduler-name", "kpe-scheduler", *TLS_FLAGS)
+    assert code == EXIT_OK
+    assert body(text) == OWN_SCHEDULER
+    assert "# scheduler kpe-scheduler: only pods with spec.schedulerName: kpe-scheduler are scheduled here; the default scheduler never calls kpe\n" in text
+    assert "# every pod it schedules is sent to kpe: policy a applies to pods without match.resources\n" in text
+
+
+def test_without_a_scheduler_name_the_document_extends_the_default_scheduler_as_before(tmp_path: Path) -> None:
+    path = write_policies(tmp_path, policy("a", FILTER))
+    code, text = run("--policies", path, *TLS_FLAGS)
+    assert code == EXIT_OK
+    expected = OWN_SCHEDULER.replace(
+        "leaderElection:\n  leaderElect: true\n  resourceName: kpe-scheduler\n  resourceNamespace: kpe-system\nprofiles:\n- schedulerName: kpe-scheduler\n",
+        "clientConnection:\n  kubeconfig: /etc/kubernetes/scheduler.conf\n",
+    )
+    assert body(text) == expected
+    assert "scheduler kpe-scheduler" not in text and "every pod is sent to kpe" in text
+
+
+def test_the_lease_namespace_and_an_explicit_kubeconfig_are_written_and_reproduced_by_the_header(tmp_path: Path) -> None:
+    path = write_policies(tmp_path, policy("a", FILTER, SCORE))
+    code, text = run("--policies", path, "--scheduler-name", "gpu.kpe.dev", "--lease-namespace", "schedulers", "--kubeconfig", "/etc/kpe/kubeconfig", "--api-version", "v1beta3")
+    assert code == EXIT_OK
+    doc = yaml.safe_load(text)
+    assert doc["leaderElection"] == {"leaderElect": True, "resourceName": "gpu.kpe.dev", "resourceNamespace": "schedulers"}
+    assert doc["clientConnection"] == {"kubeconfig": "/etc/kpe/kubeconfig"}
+    assert doc["profiles"] == [{"schedulerName": "gpu.kpe.dev"}]
+    assert list(doc) == ["apiVersion", "kind", "leaderElection", "clientConnection", "profiles", "extenders"], "the Go type's field order"
+    command = text.splitlines()[0].removeprefix("# Generated by: kpe scheduler-config ").split()
+    assert run(*command) == (EXIT_OK, text)
+
+
+def test_entry_only_prints_the_same_entry_for_a_scheduler_of_kpe_s_own(tmp_path: Path) -> None:
+    path = write_policies(tmp_path, policy("a", FILTER, SCORE))
+    own = generate("--policies", path, "--scheduler-name", "kpe-scheduler")
+    assert generate("--policies", path, "--scheduler-name", "kpe-scheduler", "--entry-only") == own["extenders"][0] == generate("--policies", path, "--entry-only")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--scheduler-name", "default-scheduler"), "is the default scheduler's name"),
+        (("--scheduler-name", "Kpe_Scheduler"), "--scheduler-name must be a lowercase DNS subdomain"),
+        (("--scheduler-name", "kpe-scheduler", "--lease-namespace", "kpe.system"), "--lease-namespace must be a namespace name"),
+        (("--lease-namespace", "other"), "--lease-namespace needs --scheduler-name"),
+    ],
+)
+def test_names_kube_scheduler_or_the_api_server_would_refuse_are_usage_errors(
+    tmp_path: Path, argv: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, text = run("--policies", write_policies(tmp_path, policy("a", FILTER)), *argv)
+    assert code == EXIT_USAGE and text == ""
+    assert message in capsys.readouterr().err
+
+
+def tls_files(directory: Path) -> tuple[str, ...]:
+    """A CA and a client certificate on disk: kube-scheduler reads tlsConfig's files while it builds the extender."""
+    import trustme
+
+    ca = trustme.CA()
+    client = ca.issue_cert("kube-scheduler-to-kpe")
+    ca.cert_pem.write_to_path(str(directory / "ca.crt"))
+    client.cert_chain_pems[0].write_to_path(str(directory / "tls.crt"))
+    client.private_key_pem.write_to_path(str(directory / "tls.key"))
+    return ("--ca-file", str(directory / "ca.crt"), "--cert-file", str(directory / "tls.crt"), "--key-file", str(directory / "tls.key"))
+
+
+@pytest.mark.parametrize("mode", [("--scheduler-name", "kpe-scheduler"), ("--kubeconfig", "")], ids=["own-scheduler", "default-scheduler"])
+def test_kube_scheduler_itself_accepts_the_configuration(tmp_path: Path, mode: tuple[str, ...]) -> None:
+    """kube-scheduler decodes the file strictly (an unknown field is an error), validates it, and
+    with --write-config-to prints what it will run with, then exits; --master stands in for the
+    in-cluster credentials it would otherwise look for, and is never called."""
+    if not (KUBE_SCHEDULER.is_file() and os.access(KUBE_SCHEDULER, os.X_OK)):
+        pytest.skip(f"kube-scheduler is not in {KUBE_SCHEDULER.parent} (set KPE_K8S_BIN)")
+    path = write_policies(tmp_path, policy("a", FILTER, SCORE, PREEMPT))
+    code, text = run("--policies", path, *mode, *tls_files(tmp_path))
+    assert code == EXIT_OK
+    config, written = tmp_path / "config.yaml", tmp_path / "written.yaml"
+    config.write_text(text)
+    result = subprocess.run(
+        [str(KUBE_SCHEDULER), "--config", str(config), "--master", "https://127.0.0.1:1", "--secure-port", "0", "--write-config-to", str(written)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    ours, theirs = yaml.safe_load(text), yaml.safe_load(written.read_text())
+    # It leaves out false booleans when it writes the file back.
+    assert [{"ignorable": False, **e} for e in theirs["extenders"]] == ours["extenders"]
+    if "profiles" in ours:
+        assert [p["schedulerName"] for p in theirs["profiles"]] == ["kpe-scheduler"]
+        election = theirs["leaderElection"]
+        assert (election["leaderElect"], election["resourceName"], election["resourceNamespace"]) == (True, "kpe-scheduler", "kpe-system")
+        assert election["resourceLock"] == "leases"
+        assert theirs["clientConnection"]["kubeconfig"] == ""
+    else:
+        assert [p["schedulerName"] for p in theirs["profiles"]] == ["default-scheduler"]
+        assert theirs["leaderElection"]["resourceName"] == "kube-scheduler"
+
+
+def test_kube_scheduler_refuses_what_kpe_never_writes(tmp_path: Path) -> None:
+    """The check above would pass a kube-scheduler that ignores its file: this one must fail."""
+    if not (KUBE_SCHEDULER.is_file() and os.access(KUBE_SCHEDULER, os.X_OK)):
+        pytest.skip(f"kube-scheduler is not in {KUBE_SCHEDULER.parent} (set KPE_K8S_BIN)")
+    doc = generate("--policies", write_policies(tmp_path, policy("a", FILTER)), "--scheduler-name", "kpe-scheduler", *tls_files(tmp_path))
+    doc["profiles"].append({"schedulerName": "kpe-scheduler"})
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    result = subprocess.run(
+        [str(KUBE_SCHEDULER), "--config", str(config), "--master", "https://127.0.0.1:1", "--secure-port", "0", "--write-config-to", str(tmp_path / "w.yaml")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0 and "schedulerName" in result.stderr

@@ -18,7 +18,7 @@ from server.settings import Settings
 from .fakeapi import FakeApiServer
 from .serving import serve
 
-WIRE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kube-scheduler-wire"
+WIRE = Path(__file__).resolve().parent / "data" / "fixtures" / "kube-scheduler-wire"
 POLICIES = Path(__file__).parent / "cases" / "wire-policies.yaml"
 PREEMPT: dict[str, Any] = {}  # the captured requests, with the UIDs the fake API server gave
 BIND: dict[str, Any] = {}

@@ -16,7 +16,7 @@ from server.settings import Settings
 
 from .serving import serve
 
-WIRE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kube-scheduler-wire"
+WIRE = Path(__file__).resolve().parent / "data" / "fixtures" / "kube-scheduler-wire"
 POLICIES = Path(__file__).parent / "cases" / "wire-policies.yaml"
 CAPTURES = sorted(WIRE.glob("*.json"))
 WHOLE_NODE = [p for p in CAPTURES if "-18081-" in p.name]
@@ -158,9 +158,19 @@ def test_explain_endpoint_returns_the_table_for_a_pod(kpe: str) -> None:
 
 def test_without_cluster_access_explain_and_filter_agree_on_rules_that_read_node_info() -> None:
     request = json.loads((Path(__file__).resolve().parent.parent / "docs" / "examples" / "filter-request.json").read_text())
-    with serve(create_app(Settings(cluster="off"))) as url:  # the shipped policies
+    with serve(create_app(Settings(policies=str(Path(__file__).resolve().parent.parent / "policies"), cluster="off"))) as url:  # the shipped policies
         answer = httpx.post(url + "/scheduler/filter", json=request).json()
         report = httpx.post(url + "/apis/v1/explain", json=request).json()
     explained = {n["node"]: n["reason"] for n in report["nodes"] if n["verdict"] != "pass"}
     assert explained == {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
     assert any("no value for variable 'nodeInfo'" in reason for reason in explained.values())
+
+
+def test_the_bind_verb_when_off_says_how_to_turn_it_on() -> None:
+    binding = {"PodName": "web-1", "PodNamespace": "demo", "PodUID": "0b7e4c9a", "Node": "node-1"}
+    with serve(create_app(Settings(policies=str(POLICIES), cluster="off"))) as url:
+        response = httpx.post(url + "/scheduler/bind", json=binding)
+        elsewhere = httpx.post(url + "/scheduler/unbind", json=binding)
+    assert response.status_code == 404
+    assert response.json() == {"Error": "kpe's bind verb is off: start kpe with --bind (KPE_BIND=true) to serve it"}
+    assert (elsewhere.status_code, elsewhere.json()) == (404, {"Error": "POST /scheduler/unbind: Not Found"})

@@ -221,10 +221,13 @@ MatchMemo = Callable[[Policy, Mapping[str, Any], Callable[[], "Outcome"]], "Outc
 def matching_scopes(
     policy_set: PolicySet, pod: Mapping[str, Any], fixed: Mapping[str, Any], *, explain: list[Outcome] | None = None, memo: MatchMemo | None = None
 ) -> list[PolicyScope]:
-    """The policies that apply to ``pod``, each as a scope ready to evaluate. With ``memo``
+    """The policies that apply to ``pod``, each as a scope ready to evaluate (none in the set's
+    excluded namespaces: the control plane's and kpe's own by default). With ``memo``
     (not with ``explain``), match expressions' outcomes are remembered for equivalent pods."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
+    if namespace in policy_set.excluded_namespaces:
+        return []
     labels = meta.get("labels") or {}
     resources: set[str] | None = None
     scopes: list[PolicyScope] = []

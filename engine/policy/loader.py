@@ -14,13 +14,26 @@ from engine.policy.compiler import CostLimits, compile_policy
 from engine.policy.documents import Document, load_documents
 from engine.errors import Location, PolicyError, PolicyLoadError
 from engine.policy.reads import pod_projection
-from engine.policy.model import Policy, PolicySet
+from engine.policy.model import SYSTEM_NAMESPACES, Policy, PolicySet
 from engine.policy.schema import validate
 
 POLICY_KIND = "SchedulingPolicy"
 RESERVATION_KIND = "Reservation"  # engine.policy.reservation
 # Other kpe kinds may share a directory with policies (tests next to what they test).
 OTHER_KINDS = frozenset(("PolicyTest",))
+API_GROUP = "kpe.dev/"
+
+
+def foreign(data: object) -> str:
+    """What a document is when it is another tool's Kubernetes object ("" when it may be
+    kpe's): a policy folder often holds a kustomization.yaml or other policy engines'
+    objects beside kpe's, and those are skipped and listed rather than refused."""
+    if not isinstance(data, dict):
+        return ""
+    api_version, kind = data.get("apiVersion"), data.get("kind")
+    if isinstance(api_version, str) and isinstance(kind, str) and api_version and kind and not api_version.startswith(API_GROUP):
+        return f"{kind} ({api_version})"
+    return ""
 SUFFIXES = (".yaml", ".yml")
 
 
@@ -70,12 +83,22 @@ def load_files(files: Iterable[Path]) -> tuple[list[Document], list[PolicyError]
     return docs, errors
 
 
-def compile_documents(docs: Iterable[Document], cost_limits: CostLimits | None = None) -> tuple[list[Policy], list[PolicyError]]:
+def compile_documents(
+    docs: Iterable[Document], cost_limits: CostLimits | None = None, skipped: list[str] | None = None
+) -> tuple[list[Policy], list[PolicyError]]:
+    """Compile kpe's documents; another tool's object is left out, and named in ``skipped``
+    (``file:line: Kind (apiVersion)``) when a list is given."""
     policies: list[Policy] = []
     errors: list[PolicyError] = []
     first_seen: dict[str, Location] = {}
     for doc in docs:
         data = doc.data
+        other = foreign(data)
+        if other:
+            if skipped is not None:
+                where = doc.location(())
+                skipped.append(f"{where.file}:{where.line}: {other}")
+            continue
         if not isinstance(data, dict):
             errors.append(PolicyError("KPE103", "document is not a mapping; expected a SchedulingPolicy", doc.location(())))
             continue
@@ -161,25 +184,35 @@ def empty_set_error(paths: Iterable[str | os.PathLike[str]], files: int) -> Poli
     )
 
 
-def load(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False, cost_limits: CostLimits | None = None) -> PolicySet:
+def load(
+    paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False, cost_limits: CostLimits | None = None, excluded_namespaces: Iterable[str] = SYSTEM_NAMESPACES
+) -> PolicySet:
     """Load every policy under ``paths``; raises ``PolicyLoadError`` with all problems found.
     A load that finds no policy at all is refused (KPE402) unless ``allow_empty``; an
     expression whose estimated cost is over ``cost_limits`` (default ``CostLimits()``) is KPE306."""
     paths = list(paths)
     files, errors = discover(paths)
     docs, read_errors = load_files(files)
-    policies, compile_errors = compile_documents(docs, cost_limits)
+    skipped: list[str] = []
+    policies, compile_errors = compile_documents(docs, cost_limits, skipped)
     errors += read_errors + compile_errors
     if not errors and not policies and not allow_empty:
         errors.append(empty_set_error(paths, len(files)))
     if errors:
         raise PolicyLoadError(errors)
     ordered = tuple(sorted(policies, key=lambda p: p.name))
-    policy_set = PolicySet(ordered, generation_of(ordered), tuple(str(f) for f in files), pod_projection=pod_projection(ordered))
+    policy_set = PolicySet(
+        ordered,
+        generation_of(ordered),
+        tuple(str(f) for f in files),
+        pod_projection=pod_projection(ordered),
+        excluded_namespaces=frozenset(excluded_namespaces),
+        skipped=tuple(skipped),
+    )
     return policy_set
 
 
-def load_text(text: str, *, file: str = "<inline>", cost_limits: CostLimits | None = None) -> PolicySet:
+def load_text(text: str, *, file: str = "<inline>", cost_limits: CostLimits | None = None, excluded_namespaces: Iterable[str] = SYSTEM_NAMESPACES) -> PolicySet:
     """Load policies from YAML text (tests, tools)."""
     docs, errors = load_documents(text, file)
     policies, compile_errors = compile_documents(docs, cost_limits)
@@ -187,5 +220,5 @@ def load_text(text: str, *, file: str = "<inline>", cost_limits: CostLimits | No
     if errors:
         raise PolicyLoadError(errors)
     ordered = tuple(sorted(policies, key=lambda p: p.name))
-    policy_set = PolicySet(ordered, generation_of(ordered), (file,), pod_projection=pod_projection(ordered))
+    policy_set = PolicySet(ordered, generation_of(ordered), (file,), pod_projection=pod_projection(ordered), excluded_namespaces=frozenset(excluded_namespaces))
     return policy_set

@@ -130,6 +130,10 @@ class Policy:
         raise KeyError(name)
 
 
+# The namespaces no policy matches unless the deployment says otherwise: the control plane's,
+# and kpe's own (deploy/), so that neither ever waits for kpe or for a policy's mistake.
+SYSTEM_NAMESPACES: tuple[str, ...] = ("kube-system", "kube-public", "kube-node-lease", "kpe-system")
+
 POLICY_PREFIX = "reservation."  # a reservation's own policy is named this and the reservation's name
 
 
@@ -165,6 +169,10 @@ class PolicySet:
     # expressions can read of other pods and those kpe reads itself. The loader works it
     # out with the set (``engine.policy.reads``); a set made by hand keeps whole pods.
     pod_projection: Projection = field(default=EVERYTHING, compare=False, repr=False, kw_only=True)
+    # Pods in these namespaces match no policy (``engine.decisions.evaluation.matching_scopes``).
+    excluded_namespaces: frozenset[str] = field(default=frozenset(SYSTEM_NAMESPACES), compare=False, repr=False, kw_only=True)
+    # Other tools' objects the loader found beside the policies and left out ("file:line: Kind (apiVersion)").
+    skipped: tuple[str, ...] = field(default=(), compare=False, repr=False, kw_only=True)
 
     def __len__(self) -> int:
         return len(self.policies)
@@ -191,5 +199,10 @@ class PolicySet:
         evicting a placeholder is how an owner takes the slot its filter asks for)."""
         if not self.reservations:
             return self
-        return PolicySet(tuple(p for p in self.policies if p.reservation is None), self.generation, self.files, pod_projection=self.pod_projection)
+        return self.subset(tuple(p for p in self.policies if p.reservation is None))
+
+    def subset(self, policies: tuple[Policy, ...]) -> PolicySet:
+        """Some of the set's policies, served as the set is (same generation, projection and
+        excluded namespaces)."""
+        return PolicySet(policies, self.generation, self.files, pod_projection=self.pod_projection, excluded_namespaces=self.excluded_namespaces)
 

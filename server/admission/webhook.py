@@ -6,6 +6,12 @@ adds its gate (``spec.schedulingGates``), whether or not the pod already has
 gates of its own, and the gate controller lifts each when its expression
 holds. Pods that already name a node, other operations and other kinds pass
 untouched. Audit-mode policies are only counted.
+
+With ``--scheduler-name`` (kpe's own scheduler, deploy/scheduler/) the webhook
+also routes pods to that scheduler: kube-scheduler asks kpe only about pods it
+schedules, so a pod that a policy with filters, scores or preemption matches
+would otherwise escape the policy by not naming it. Only a pod that left the
+choice to the cluster is routed; one that names any other scheduler keeps it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -20,6 +27,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine.decisions.admission import GATES_ANNOTATION, admit
+from engine.decisions.evaluation import matching_scopes, request_inputs
+from engine.policy.model import PolicySet
 
 from server.http.responses import HTTPProblem, json_response, read_json
 from server.state import ServerState
@@ -27,6 +36,8 @@ from server.http.wire import WireError, check_pod
 
 log = logging.getLogger("kpe.webhook")
 REVIEW_VERSION = "admission.k8s.io/v1"
+# What the API server fills in before admission when a pod names no scheduler.
+DEFAULT_SCHEDULER = "default-scheduler"
 
 
 def gate_patch(pod: dict[str, Any], gates: list[str]) -> list[dict[str, Any]]:
@@ -52,6 +63,25 @@ def gate_patch(pod: dict[str, Any], gates: list[str]) -> list[dict[str, Any]]:
     else:
         patch.append({"op": "add", "path": "/metadata/annotations/" + GATES_ANNOTATION.replace("~", "~0").replace("/", "~1"), "value": recorded})
     return patch
+
+
+def scheduling_policies(policy_set: PolicySet, pod: Mapping[str, Any]) -> list[str]:
+    """The matching policies kube-scheduler asks kpe about (filters, scores, preemption, a
+    reservation's): admission-only ones apply whichever scheduler places the pod."""
+    return [
+        scope.policy.name
+        for scope in matching_scopes(policy_set, pod, request_inputs(pod, None))
+        if scope.policy.filters or scope.policy.scores or scope.policy.preemption is not None or scope.policy.reservation is not None
+    ]
+
+
+def scheduler_patch(pod: Mapping[str, Any], scheduler_name: str, policies: list[str]) -> list[dict[str, Any]]:
+    """JSONPatch routing the pod to ``scheduler_name`` when ``policies`` need it and the pod left
+    the choice to the cluster; ``add`` replaces the default name the API server filled in."""
+    current = (pod.get("spec") or {}).get("schedulerName") or ""
+    if not scheduler_name or not policies or current not in ("", DEFAULT_SCHEDULER):
+        return []
+    return [{"op": "add", "path": "/spec/schedulerName", "value": scheduler_name}]
 
 
 def review_response(uid: str, *, allowed: bool = True, patch: list[dict[str, Any]] | None = None, message: str = "", warnings: list[str] | None = None) -> dict[str, Any]:
@@ -118,6 +148,7 @@ async def _review(request: Request, state: ServerState) -> Response:
         nodes = state.cache.nodes() if state.cache is not None else []
         pods = state.cache.pods() if state.cache is not None else []
         result = await state.worker.run(admit, policy_set, pod, nodes=nodes, pods=pods)
+        routed = await state.worker.run(scheduling_policies, policy_set, pod) if state.settings.scheduler_name else []
     except Exception as exc:  # noqa: BLE001 - kpe's own failure: the documented setting decides
         log.exception("admission webhook failed")
         state.metrics.admission_reviews.labels("failed").inc()
@@ -128,9 +159,16 @@ async def _review(request: Request, state: ServerState) -> Response:
     for decision in result.decisions:
         if decision.audit and not decision.satisfied:
             state.metrics.audit.labels(decision.policy, "admission", "admission").inc()
+    route = scheduler_patch(pod, state.settings.scheduler_name, routed)
+    scheduler = {"scheduler": state.settings.scheduler_name, "routedBy": routed} if route else {}
+    if result.gates and "gates" not in state.settings.controller_set:
+        # Nothing would ever lift them: a gated pod would wait for good.
+        state.metrics.admission_reviews.labels("allowed").inc()
+        state.record("webhook", pod, policy_set.generation, gates=[], pending=[d.gate for d in result.pending], skipped=result.gates, **scheduler)
+        return json_response(review_response(uid, patch=route, warnings=[f"kpe's gate controller is off (--controllers gates), so the pod is admitted without the gates {', '.join(result.gates)}"]))
     patch = gate_patch(pod, result.gates)
     for gate in result.gates:
         state.metrics.gates_added.labels(policy_set.gates[gate].name).inc()
     state.metrics.admission_reviews.labels("gated" if patch else "allowed").inc()
-    state.record("webhook", pod, policy_set.generation, gates=result.gates, pending=[d.gate for d in result.pending])
-    return json_response(review_response(uid, patch=patch))
+    state.record("webhook", pod, policy_set.generation, gates=result.gates, pending=[d.gate for d in result.pending], **scheduler)
+    return json_response(review_response(uid, patch=patch + route))

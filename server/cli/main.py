@@ -8,6 +8,7 @@ cannot be read (a file, the cluster, a running kpe).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -28,7 +29,7 @@ from engine.reports.tables import render_table
 from server.settings import EXIT_FAILED as EXIT_FAILED
 from server.settings import EXIT_OK as EXIT_OK
 from server.settings import EXIT_USAGE as EXIT_USAGE
-from server.settings import Settings, UsageError, default_policies, env_name
+from server.settings import Settings, UsageError, env_name, policy_paths
 
 
 
@@ -58,6 +59,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     try:
         policy_set = load(args.paths, allow_empty=args.allow_empty_policies, cost_limits=cost_limits(args))
     except PolicyLoadError as exc:
+        # A path that cannot be read is a mistake on the command line, not in the policies:
+        # exit 2, as for every input kpe cannot read, so CI tells the two apart.
+        unreadable = [e for e in exc.errors if e.code == "KPE100"]
+        if unreadable:
+            raise UsageError("; ".join(e.render() for e in unreadable)) from None
         if args.output == "json":
             json.dump({"ok": False, "errors": [e.to_dict() for e in exc.errors]}, out, indent=2)
             out.write("\n")
@@ -67,13 +73,20 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"\n{count} error{'s' if count != 1 else ''} found.\n")
         return EXIT_FAILED
     if args.output == "json":
-        json.dump({"ok": True, "generation": policy_set.generation, "policies": [_policy_summary(p) for p in policy_set.policies]}, out, indent=2)
+        json.dump(
+            {"ok": True, "generation": policy_set.generation, "policies": [_policy_summary(p) for p in policy_set.policies], "skipped": list(policy_set.skipped)},
+            out,
+            indent=2,
+        )
         out.write("\n")
     else:
         rows = [[p.name, p.mode, p.failure_policy, _kinds(p), p.file] for p in policy_set.policies]
         out.write(render_table(["POLICY", "MODE", "FAILURE", "DECISIONS", "FILE"], rows) + "\n")
         noun = "policy" if len(policy_set) == 1 else "policies"
         out.write(f"{len(policy_set)} {noun} OK (generation {policy_set.generation}).\n")
+        if policy_set.skipped:
+            count = len(policy_set.skipped)
+            out.write(f"Skipped {count} document{'s' if count != 1 else ''} of other tools:\n" + "".join(f"  {s}\n" for s in policy_set.skipped))
     return EXIT_OK
 
 
@@ -92,6 +105,9 @@ def _policy_summary(policy: Any) -> dict[str, Any]:
 def cmd_test(args: argparse.Namespace, out: TextIO) -> int:
     from engine.reports.policytest import junit_xml, run_test_files
 
+    missing = [path for path in args.paths if not os.path.exists(path)]
+    if missing:
+        raise UsageError("; ".join(f"{path}: no such file or directory" for path in missing))
     results = run_test_files(args.paths)
     if not results:
         raise UsageError(f"no PolicyTest found in {', '.join(args.paths)}")
@@ -158,7 +174,7 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
     if args.target:
         from server.cli.podexplain import cmd_explain_pod
 
-        return cmd_explain_pod(args, out, default_policies())
+        return cmd_explain_pod(args, out)
     if not args.pod or not args.nodes:
         raise UsageError("expected --pod FILE --nodes FILE, or pod NAMESPACE/NAME to explain a pod of the cluster")
     if args.server:
@@ -169,7 +185,7 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
     nodes = read_objects(args.nodes)
     cluster_pods = read_objects(args.cluster_pods) if args.cluster_pods else []
     try:
-        policy_set: PolicySet = load(args.policies or [default_policies()])
+        policy_set: PolicySet = load(policy_paths(args.policies))
     except PolicyLoadError as exc:
         out.write(exc.render() + "\n")
         return EXIT_FAILED
@@ -192,8 +208,20 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
 # -- main --------------------------------------------------------------------------
 
 
+def version() -> str:
+    try:
+        return importlib.metadata.version("kube-policy-extender")
+    except importlib.metadata.PackageNotFoundError:
+        # Run from a checkout that was never installed (python -m server.cli): the version it declares.
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        return str(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kpe", description="kpe: CEL scheduling policies for kube-scheduler")
+    parser.add_argument("--version", action="version", version=f"kpe {version()}", help="print kpe's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     check = sub.add_parser("check", help="load policies and report every error")

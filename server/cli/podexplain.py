@@ -34,7 +34,7 @@ from server.cli.remote import (
     read_cluster,
     with_cluster,
 )
-from server.settings import Settings, UsageError
+from server.settings import Settings, UsageError, policy_paths
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -92,7 +92,7 @@ def add_explain_pod_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N", help=f"node rows shown by table and markdown, nodes that can take the pod first (default {DEFAULT_LIMIT}; 0: all)")
 
 
-def cmd_explain_pod(args: argparse.Namespace, out: TextIO, default_policies: str) -> int:
+def cmd_explain_pod(args: argparse.Namespace, out: TextIO) -> int:
     namespace, name = parse_target(args.target)
     if args.pod or args.nodes or args.cluster_pods:
         raise UsageError("--pod, --nodes and --cluster-pods explain files; kpe explain pod reads the cluster")
@@ -102,7 +102,7 @@ def cmd_explain_pod(args: argparse.Namespace, out: TextIO, default_policies: str
         data = from_server(args, namespace, name)
     else:
         try:
-            data = from_cluster(args, namespace, name, args.policies or [default_policies])
+            data = from_cluster(args, namespace, name, policy_paths(args.policies))
         except PolicyLoadError as exc:
             out.write(exc.render() + "\n")
             return EXIT_FAILED

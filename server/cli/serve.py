@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from server.settings import Settings, UsageError, add_arguments, load_settings
+from server.settings import Settings, UsageError, add_arguments, load_settings, plain
 
 
 def uvicorn_options(settings: Settings, *, app: Any = None) -> dict[str, Any]:
@@ -45,6 +45,12 @@ def cmd_serve(args: argparse.Namespace, out: Any) -> int:
 
 
 def add_serve_command(sub: Any) -> None:
-    serve = sub.add_parser("serve", help="serve the extender verbs to kube-scheduler", description=__doc__)
+    serve = sub.add_parser(
+        "serve",
+        help="serve the extender verbs to kube-scheduler",
+        # Forty-odd flags spelled out in the usage line would bury the help below it.
+        usage="%(prog)s [options]",
+        description=plain(__doc__ or "") + " Every option is also a KPE_* environment variable: a flag wins over the variable, the variable over the default.",
+    )
     add_arguments(serve)
     serve.set_defaults(run=cmd_serve)

@@ -16,14 +16,14 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.policy.compiler import CostLimits
 from engine.errors import PolicyError, PolicyLoadError
 from engine.policy.loader import discover, load
-from engine.policy.model import PolicySet
+from engine.policy.model import SYSTEM_NAMESPACES, PolicySet
 
 log = logging.getLogger("kpe.policies")
 
@@ -53,6 +53,7 @@ class PolicyStore:
         *,
         allow_empty: bool = False,
         cost_limits: CostLimits | None = None,
+        excluded_namespaces: Iterable[str] = SYSTEM_NAMESPACES,
         stable_interval_s: float = 0.1,
         stable_checks: int = 20,
         sleep: Callable[[float], None] = time.sleep,
@@ -60,6 +61,7 @@ class PolicyStore:
         self.path = path
         self.allow_empty = allow_empty
         self.cost_limits = cost_limits
+        self.excluded_namespaces = frozenset(excluded_namespaces)
         self.stable_interval_s = stable_interval_s
         self.stable_checks = stable_checks
         self.sleep = sleep
@@ -82,7 +84,7 @@ class PolicyStore:
 
     def load_initial(self) -> PolicySet:
         """The first load: errors here stop start-up (there is nothing to fall back to)."""
-        policy_set = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits)
+        policy_set = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits, excluded_namespaces=self.excluded_namespaces)
         self._current = policy_set
         self.last = LoadOutcome(True, policy_set.generation)
         log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.path})
@@ -119,7 +121,7 @@ class PolicyStore:
         if not self.wait_until_stable():
             log.warning("policy files still changing after %d checks; loading them as they are", self.stable_checks, extra={"path": self.path})
         try:
-            candidate = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits)
+            candidate = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits, excluded_namespaces=self.excluded_namespaces)
         except PolicyLoadError as exc:
             self.reloads["failure"] += 1
             generation = previous.generation if previous else ""

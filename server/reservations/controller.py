@@ -82,7 +82,7 @@ class ReservationController:
         if cached is None or cached[0] != policy_set.generation:
             policy = policy_set.get(reservation.policy)
             assert policy is not None
-            cached = (policy_set.generation, PolicySet((policy,), policy_set.generation))
+            cached = (policy_set.generation, policy_set.subset((policy,)))
             self._singles[reservation.name] = cached
         return cached[1]
 

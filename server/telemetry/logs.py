@@ -22,6 +22,8 @@ _ids = itertools.count(1)
 def new_request_id() -> str:
     return f"{_ID_PREFIX}{next(_ids):08x}"
 
+CHATTY = ("httpx", "watchfiles")
+
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "color_message"}
 
 
@@ -56,3 +58,8 @@ def configure(level: str = "info") -> None:
         logger.propagate = True
     # Access lines for every scheduler request would drown the decision logs.
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    # httpx logs every API call kpe's cache and controllers make ("HTTP Request: GET ...") and
+    # watchfiles every batch of file events ("3 changes detected"): at info level they would
+    # bury kpe's own lines, so they show only when debugging.
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(logging.NOTSET if level.lower() == "debug" else logging.WARNING)

@@ -32,6 +32,16 @@ Node objects but never the pods on them, so ``nodeInfo`` still comes from
 kpe's own pod cache; the command warns when some rule reads it, because
 without cluster access such a rule fails on every node.
 
+With ``--scheduler-name NAME`` the document configures a scheduler of kpe's
+own (``deploy/scheduler/``) beside the cluster's default one, for clusters whose
+control plane cannot be configured (managed ones): one profile named NAME, which
+pods opt into with ``spec.schedulerName``; leader election on a Lease of that
+name, because the default scheduler's Lease (``kube-scheduler``) would make the
+two schedulers take turns instead of running side by side; and no
+``clientConnection.kubeconfig``, so that it uses its pod's ServiceAccount. Only
+the opted-in pods then wait while kpe is down; the default scheduler never calls
+kpe. Without the flag the output is what it always was.
+
 Field names and shapes are kube-scheduler's ``Extender`` type
 (``kubescheduler.config.k8s.io/v1`` and ``v1beta3`` share it). ``enableHTTPS``
 is never written: the ``https://`` scheme of ``urlPrefix`` already selects TLS,
@@ -67,11 +77,18 @@ FILTER, PRIORITIZE, PREEMPT, BIND = "filter", "prioritize", "preempt", "bind"
 # kubeadm's --config, which carries the client connection.
 DEFAULT_KUBECONFIG = "/etc/kubernetes/scheduler.conf"
 
+# The namespace of deploy/, where deploy/scheduler/'s Role grants the scheduler its Lease.
+DEFAULT_LEASE_NAMESPACE = "kpe-system"
+# kube-scheduler's own profile name: a second scheduler under it would take the
+# default scheduler's pods too, and pods could no longer opt in by name.
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+
 # A Go time.Duration as metav1.Duration parses it ("5s", "1m30s", "500ms").
 _GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
 # Kubernetes' IsQualifiedName: an optional DNS-subdomain prefix and a name of at most 63 characters.
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _settings_default(name: str) -> Any:
@@ -254,15 +271,56 @@ def extender_entry(extender_plan: ExtenderPlan, options: ExtenderOptions) -> dic
     return entry
 
 
-def scheduler_configuration(entry: dict[str, Any], *, api_version: str = "v1", kubeconfig: str = DEFAULT_KUBECONFIG) -> dict[str, Any]:
-    """A whole KubeSchedulerConfiguration with kpe as its one extender."""
+def scheduler_name_problems(scheduler_name: str, lease_namespace: str) -> list[str]:
+    """What kube-scheduler or the API server would refuse of ``--scheduler-name`` and ``--lease-namespace``."""
+    problems: list[str] = []
+    if not scheduler_name:
+        if lease_namespace != DEFAULT_LEASE_NAMESPACE:
+            problems.append("--lease-namespace needs --scheduler-name (the default scheduler keeps its own Lease)")
+        return problems
+    # The name is a Lease's name and a pod's spec.schedulerName: both must be DNS subdomains.
+    if len(scheduler_name) > 253 or not _DNS_SUBDOMAIN.match(scheduler_name):
+        problems.append(f"--scheduler-name must be a lowercase DNS subdomain such as kpe-scheduler, not {scheduler_name!r}")
+    elif scheduler_name == DEFAULT_SCHEDULER_NAME:
+        problems.append(f"--scheduler-name {DEFAULT_SCHEDULER_NAME} is the default scheduler's name: pick a name of kpe's own such as kpe-scheduler")
+    if len(lease_namespace) > 63 or not _DNS_LABEL.match(lease_namespace):
+        problems.append(f"--lease-namespace must be a namespace name, not {lease_namespace!r}")
+    return problems
+
+
+def scheduler_configuration(
+    entry: dict[str, Any],
+    *,
+    api_version: str = "v1",
+    kubeconfig: str = DEFAULT_KUBECONFIG,
+    scheduler_name: str = "",
+    lease_namespace: str = DEFAULT_LEASE_NAMESPACE,
+) -> dict[str, Any]:
+    """A whole KubeSchedulerConfiguration with kpe as its one extender; with ``scheduler_name``,
+    that of a scheduler of its own (one profile, its own Lease), keys in the Go type's order."""
     if api_version not in API_VERSIONS:
         raise ConfigError(f"--api-version must be one of {', '.join(API_VERSIONS)}, not {api_version!r}")
+    problems = scheduler_name_problems(scheduler_name, lease_namespace)
+    if problems:
+        raise ConfigError("; ".join(problems))
     doc: dict[str, Any] = {"apiVersion": f"{API_GROUP}/{api_version}", "kind": KIND}
+    if scheduler_name:
+        # Stated although leaderElect defaults to true: the replicas' safety should not rest on a default.
+        doc["leaderElection"] = {"leaderElect": True, "resourceName": scheduler_name, "resourceNamespace": lease_namespace}
     if kubeconfig:
         doc["clientConnection"] = {"kubeconfig": kubeconfig}
+    if scheduler_name:
+        doc["profiles"] = [{"schedulerName": scheduler_name}]
     doc["extenders"] = [entry]
     return doc
+
+
+def kubeconfig_of(args: argparse.Namespace) -> str:
+    """``--kubeconfig`` as given, else the mode's default: kubeadm's file for the default
+    scheduler on a control-plane host, none (in-cluster credentials) for a scheduler of kpe's own."""
+    if args.kubeconfig is not None:
+        return str(args.kubeconfig)
+    return "" if args.scheduler_name else DEFAULT_KUBECONFIG
 
 
 def command_line(args: argparse.Namespace) -> list[str]:
@@ -279,7 +337,9 @@ def command_line(args: argparse.Namespace) -> list[str]:
         ("--cert-file", args.cert_file, ""),
         ("--key-file", args.key_file, ""),
         ("--server-name", args.server_name, ""),
-        ("--kubeconfig", args.kubeconfig, DEFAULT_KUBECONFIG),
+        ("--scheduler-name", args.scheduler_name, ""),
+        ("--lease-namespace", args.lease_namespace, DEFAULT_LEASE_NAMESPACE),
+        ("--kubeconfig", kubeconfig_of(args), "" if args.scheduler_name else DEFAULT_KUBECONFIG),
     ):
         if value != default:
             argv += [flag, str(value)]
@@ -291,16 +351,18 @@ def command_line(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def header(extender_plan: ExtenderPlan, argv: list[str]) -> str:
+def header(extender_plan: ExtenderPlan, argv: list[str], *, scheduler_name: str = "") -> str:
     """A YAML comment saying how the file was made and which policies asked for each verb,
     so a reviewer sees why a verb is (not) there without reading every policy."""
     lines = ["Generated by: " + shlex.join(["kpe", "scheduler-config", *argv]), "Do not edit; regenerate instead."]
+    if scheduler_name:
+        lines.append(f"scheduler {scheduler_name}: only pods with spec.schedulerName: {scheduler_name} are scheduled here; the default scheduler never calls kpe")
     for verb, names in (("filter", extender_plan.filter), ("prioritize", extender_plan.prioritize), ("preempt", extender_plan.preempt)):
         lines.append(f"{verb}: {', '.join(names) if names else 'no policy needs it'}")
     if extender_plan.managed_resources:
         lines.append(f"only pods requesting {', '.join(extender_plan.managed_resources)} are sent to kpe (managedResources)")
     elif extender_plan.every_pod_reason:
-        lines.append(f"every pod is sent to kpe: {extender_plan.every_pod_reason}")
+        lines.append(f"every pod {'it schedules ' if scheduler_name else ''}is sent to kpe: {extender_plan.every_pod_reason}")
     return "".join(f"# {line}\n" for line in lines)
 
 
@@ -330,21 +392,30 @@ def generate(policy_set: PolicySet, args: argparse.Namespace) -> tuple[str, Exte
     """The YAML text for ``args`` (the whole document, or with ``--entry-only`` the entry alone)."""
     extender_plan = plan(policy_set)
     entry = extender_entry(extender_plan, options_from_args(args))
-    body: Any = entry if args.entry_only else scheduler_configuration(entry, api_version=args.api_version, kubeconfig=args.kubeconfig)
-    return header(extender_plan, command_line(args)) + render(body), extender_plan
+    body: Any = (
+        entry
+        if args.entry_only
+        else scheduler_configuration(
+            entry, api_version=args.api_version, kubeconfig=kubeconfig_of(args), scheduler_name=args.scheduler_name, lease_namespace=args.lease_namespace
+        )
+    )
+    return header(extender_plan, command_line(args), scheduler_name=args.scheduler_name) + render(body), extender_plan
 
 
 def cmd_scheduler_config(args: argparse.Namespace, out: TextIO) -> int:
-    from server.settings import EXIT_FAILED, EXIT_OK, EXIT_USAGE, default_policies
+    from server.settings import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, policy_paths
 
     # Usage problems are reported here rather than raised as cli.UsageError: under
     # `python -m server.cli.main` that class is a second copy main() does not catch.
-    problems = options_from_args(args).validate()
+    problems = options_from_args(args).validate() + scheduler_name_problems(args.scheduler_name, args.lease_namespace)
     if problems:
         print(f"kpe scheduler-config: {'; '.join(problems)}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        policy_set = load(args.policies or [default_policies()])
+        policy_set = load(policy_paths(args.policies))
+    except UsageError as exc:
+        print(f"kpe scheduler-config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except PolicyLoadError as exc:
         # stdout is usually redirected into a config file: errors go where a person sees them.
         print(exc.render(), file=sys.stderr)
@@ -387,7 +458,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-name", default="", metavar="NAME", help="name to check kpe's certificate against, when --url uses an address")
     parser.add_argument("--insecure", action="store_true", help="do not verify kpe's certificate (testing only)")
     parser.add_argument("--ignorable", action="store_true", help="schedule without kpe when it is unreachable, instead of failing the pod's attempt")
-    parser.add_argument("--kubeconfig", default=DEFAULT_KUBECONFIG, metavar="FILE", help=f"clientConnection.kubeconfig of the whole document; '' to leave it out (default: {DEFAULT_KUBECONFIG})")
+    parser.add_argument(
+        "--scheduler-name",
+        default="",
+        metavar="NAME",
+        help="configure a scheduler of kpe's own instead of the default one (deploy/scheduler/): one profile NAME, which pods opt into "
+        "with spec.schedulerName, leader election on a Lease named NAME, in-cluster credentials; only those pods depend on kpe",
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        default=DEFAULT_LEASE_NAMESPACE,
+        metavar="NAMESPACE",
+        help=f"namespace of --scheduler-name's Lease, where its Role grants it (default: {DEFAULT_LEASE_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help=f"clientConnection.kubeconfig of the whole document; '' to leave it out "
+        f"(default: {DEFAULT_KUBECONFIG}; none with --scheduler-name, which runs in a pod with its ServiceAccount)",
+    )
 
 
 __all__ = [
@@ -404,5 +494,6 @@ __all__ = [
     "node_info_rules",
     "plan",
     "scheduler_configuration",
+    "scheduler_name_problems",
     "whole_node_warning",
 ]

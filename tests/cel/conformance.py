@@ -1,4 +1,4 @@
-"""Reading the official CEL conformance suite (JSON form, see ../shared/cel-conformance/README.md)."""
+"""Reading the official CEL conformance suite (JSON form, see tests/data/cel-conformance/README.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def suite_dir() -> Path:
     configured = os.environ.get("KPE_CEL_CONFORMANCE_DIR")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[3] / "shared" / "cel-conformance"
+    return Path(__file__).resolve().parents[1] / "data" / "cel-conformance"
 
 
 @dataclass(frozen=True)

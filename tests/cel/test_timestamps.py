@@ -1,6 +1,6 @@
 """CEL timestamps and durations, called directly through the library tables.
 
-Expected values come from the CEL conformance suite (../shared/cel-conformance,
+Expected values come from the CEL conformance suite (tests/data/cel-conformance,
 timestamps.json, conversions.json, string_ext.json), from cel-go's
 common/types/{timestamp,duration}_test.go, and from Go's time package tests
 (parseDurationTests); a few edge cases are worked out by hand in comments, and

@@ -64,6 +64,7 @@ class Kpe:
 
     def __init__(self, process: Process, ports: dict[str, int], ca_file: Path, scheduler_client: tuple[Path, Path]) -> None:
         self.process = process
+        self.ports = dict(ports)
         self.url = f"https://127.0.0.1:{ports['scheduler']}"
         self.webhook_url = f"https://127.0.0.1:{ports['webhook']}"
         self.ca_file = ca_file
@@ -107,6 +108,7 @@ class Cluster:
         self.nodes: list[str] = []
         self.kpes: list[Kpe] = []
         self.scheduler: Process | None = None
+        self.own_schedulers: list[tuple[Process, str]] = []  # kpe's own kube-schedulers and the API paths of their Leases
         self.webhook = False
         self.ca_file = workdir / "ca.pem"
         ca.cert_pem.write_to_path(str(self.ca_file))
@@ -127,8 +129,9 @@ class Cluster:
         self.nodes.append(name)
         return self.api.node(name, **kw)
 
-    def start_kpe(self, *, identity: str = "kpe-a", extra: tuple[str, ...] = ()) -> Kpe:
-        ports = {surface: free_port() for surface in ("scheduler", "webhook", "introspection", "health")}
+    def start_kpe(self, *, identity: str = "kpe-a", extra: tuple[str, ...] = (), ports: dict[str, int] | None = None) -> Kpe:
+        """``ports``: a stopped kpe's, so that its callers (a scheduler's configuration) reach the new one."""
+        ports = dict(ports) if ports else {surface: free_port() for surface in ("scheduler", "webhook", "introspection", "health")}
         cert = self.ca.issue_cert("127.0.0.1", "localhost")
         cert_file, key_file = self.workdir / f"{identity}.crt", self.workdir / f"{identity}.key"
         cert.cert_chain_pems[0].write_to_path(str(cert_file))
@@ -138,7 +141,7 @@ class Cluster:
                 "--port", str(ports["scheduler"]), "--tls-client-ca", str(self.plane.clients_ca_file),
                 "--webhook-port", str(ports["webhook"]), "--webhook-client-ca", str(self.plane.clients_ca_file),
                 "--introspection-port", str(ports["introspection"]), "--health-port", str(ports["health"]),
-                "--identity", identity, "--reload-debounce-ms", "100", *extra]
+                "--identity", identity, "--reload-debounce-ms", "100", "--controllers", "gates,reservations,requeue", *extra]
         process = start(f"kpe-{identity}", argv, self.workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         kpe = Kpe(process, ports, self.ca_file, self.plane.scheduler_client)
         self.kpes.append(kpe)
@@ -177,6 +180,41 @@ class Cluster:
         time.sleep(0.5)
         assert self.scheduler.alive(), self.scheduler.tail()
         return self.scheduler
+
+    def start_own_scheduler(self, kpe: Kpe, name: str = "kpe-scheduler") -> Process:
+        """kpe's own kube-scheduler (deploy/scheduler/) beside whatever ``start_scheduler`` runs: exactly
+        the configuration ``kpe scheduler-config --scheduler-name`` prints, Lease included, run as a user
+        holding only the component's RBAC, with its secure port on loopback where the Deployment's probes
+        call it. Returns once /healthz answers and it holds its Lease, so it schedules pods named for it."""
+        import subprocess
+
+        self.plane.apply_rbac(REPO / "deploy" / "scheduler" / "rbac.yaml", user="kpe-scheduler")
+        # In its pod it has the ServiceAccount's credentials (no kubeconfig); here the user bound the same way.
+        kubeconfig = str(self.plane.scheduler_kubeconfig)
+        argv = [kpe_executable(), "scheduler-config", "--policies", str(self.policies), "--scheduler-name", name,
+                "--url", kpe.url + "/scheduler", "--ca-file", str(self.ca_file), "--kubeconfig", kubeconfig,
+                "--cert-file", str(self.plane.scheduler_client[0]), "--key-file", str(self.plane.scheduler_client[1])]
+        path = self.workdir / f"{name}.yaml"
+        path.write_text(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
+        port = free_port()
+        process = start(name, [str(BIN / "kube-scheduler"), "--config", str(path), "--bind-address", "127.0.0.1", "--secure-port", str(port),
+                               "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig, "-v", "2"], self.workdir)
+        election = yaml.safe_load(path.read_text())["leaderElection"]
+        lease = f"/apis/coordination.k8s.io/v1/namespaces/{election['resourceNamespace']}/leases/{election['resourceName']}"
+        self.own_schedulers.append((process, lease))
+
+        def healthy_and_leading() -> bool:
+            if not process.alive():
+                raise AssertionError(f"{name} exited:\n" + process.tail())
+            try:
+                healthy = httpx.get(f"https://127.0.0.1:{port}/healthz", verify=False, timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+            held = self.api.http.get(lease)
+            return healthy and held.status_code == 200 and bool(held.json()["spec"].get("holderIdentity"))
+
+        wait_until(healthy_and_leading, 30, f"{name}'s /healthz and its Lease", interval=0.2)
+        return process
 
     def register_webhook(self, kpe: Kpe) -> None:
         """deploy/webhook.yaml as shipped, pointed at this kpe with this CA and limited to this namespace."""
@@ -219,6 +257,10 @@ class Cluster:
     def close(self) -> None:
         if self.scheduler is not None:
             self.scheduler.stop()
+        for process, lease in self.own_schedulers:
+            process.stop()
+            # A later scenario's scheduler would otherwise wait out this one's lease.
+            self.api.delete(lease)
         for kpe in self.kpes:
             kpe.close()
             kpe.process.stop()
@@ -244,6 +286,8 @@ def cluster(plane: ControlPlane, ca: Any, tmp_path: Path, request: pytest.Fixtur
     finally:
         if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
             print("\n--- kube-scheduler log ---\n" + c.scheduler_log())
+            for process, _ in c.own_schedulers:
+                print(f"\n--- {process.name} log ---\n" + process.tail(120))
             for kpe in c.kpes:
                 print(f"\n--- {kpe.process.name} log ---\n" + kpe.process.tail(80))
         c.close()

@@ -2,7 +2,7 @@
 kube-scheduler and kpe, each a process of its own, stopped by PID even when a test fails.
 
 The binaries come from ``$KPE_K8S_BIN`` (default ``~/.cache/kpe-k8s/bin``); how
-to build them is in ``../shared/real-cluster/README.md``. There is no kubelet and
+to build them is in ``docs/real-cluster.md``. There is no kubelet and
 no controller manager: nodes are API objects the tests create, bound pods stay
 Pending, and a deleted bound pod keeps its ``deletionTimestamp`` until it is
 deleted again with ``gracePeriodSeconds: 0`` (which is how evictions are counted).
@@ -30,13 +30,15 @@ import yaml
 BIN = Path(os.environ.get("KPE_K8S_BIN") or Path.home() / ".cache" / "kpe-k8s" / "bin")
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
 HOW_TO_GET = (
-    f"the control-plane binaries ({', '.join(BINARIES)}) are not in {BIN}: bring the public repository "
-    "ali-a-a/ste-kubernetes onto the machine as a bare git directory and run "
-    "../shared/real-cluster/build.sh THAT_DIR (about 6 minutes), or point KPE_K8S_BIN at them"
+    f"the control-plane binaries ({', '.join(BINARIES)}) are not in {BIN}: build them with "
+    "tests/e2e/build-control-plane.sh 1.32 (or 1.37; see docs/real-cluster.md), then point KPE_K8S_BIN "
+    "at the folder it prints"
 )
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "kpe-e2e-admin-token"
 KPE_TOKEN = "kpe-e2e-kpe-token"  # a user bound only to deploy/rbac.yaml's roles, as kpe's ServiceAccount is
+# kpe's own kube-scheduler, bound only to deploy/scheduler/rbac.yaml's roles when a scenario runs it.
+SCHEDULER_TOKEN = "kpe-e2e-scheduler-token"
 
 
 def binaries_present() -> bool:
@@ -192,7 +194,8 @@ def _now() -> str:
 
 @dataclass
 class ControlPlane:
-    """etcd and kube-apiserver; ``api`` is an admin client, ``kubeconfig`` the admin's, ``kpe_kubeconfig`` kpe's."""
+    """etcd and kube-apiserver; ``api`` is an admin client, ``kubeconfig`` the admin's, ``kpe_kubeconfig`` kpe's,
+    ``scheduler_kubeconfig`` that of kpe's own kube-scheduler (user ``kpe-scheduler``)."""
 
     workdir: Path
     processes: list[Process] = field(default_factory=list)
@@ -201,6 +204,7 @@ class ControlPlane:
     api: Api = field(init=False)
     kubeconfig: Path = field(init=False)
     kpe_kubeconfig: Path = field(init=False)
+    scheduler_kubeconfig: Path = field(init=False)
 
     def start(self, *, extra_apiserver_flags: tuple[str, ...] = ()) -> ControlPlane:
         w = self.workdir
@@ -214,7 +218,7 @@ class ControlPlane:
         ], w))
         wait_until(lambda: _ok(self.etcd_url + "/health"), 30, "etcd to be healthy")
         self._keys()
-        (w / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n{KPE_TOKEN},kpe,kpe,""\n')
+        (w / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n{KPE_TOKEN},kpe,kpe,""\n{SCHEDULER_TOKEN},kpe-scheduler,kpe-scheduler,""\n')
         self._client_certificates()
         self.apiserver_port = free_port()
         self.url = f"https://127.0.0.1:{self.apiserver_port}"
@@ -231,6 +235,7 @@ class ControlPlane:
         self.start_apiserver()
         self.kubeconfig = self._write_kubeconfig("admin", ADMIN_TOKEN)
         self.kpe_kubeconfig = self._write_kubeconfig("kpe", KPE_TOKEN)
+        self.scheduler_kubeconfig = self._write_kubeconfig("kpe-scheduler", SCHEDULER_TOKEN)
         self.api = Api(self.url, ADMIN_TOKEN)
         self._kpe_rbac()
         return self
@@ -310,14 +315,14 @@ class ControlPlane:
         self.api.namespace("kpe-system")
         self.apply_rbac(REPO / "deploy" / "rbac.yaml")
 
-    def apply_rbac(self, path: Path) -> None:
-        """RBAC from deploy/ as shipped, bound to the user kpe runs as here instead of its ServiceAccount."""
+    def apply_rbac(self, path: Path, user: str = "kpe") -> None:
+        """RBAC from deploy/ as shipped, bound to the user that runs as its ServiceAccount here (kpe, or kpe-scheduler)."""
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc:
                 continue
             kind = doc["kind"]
             if kind.endswith("Binding"):
-                doc["subjects"] = [{"kind": "User", "name": "kpe", "apiGroup": "rbac.authorization.k8s.io"}]
+                doc["subjects"] = [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]
             namespace = doc["metadata"].get("namespace", "kpe-system")
             plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings"}[kind]
             collection = f"/apis/rbac.authorization.k8s.io/v1/{plural}" if kind.startswith("Cluster") else f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}"

@@ -1,6 +1,6 @@
 """An in-process fake kube-apiserver for kpe's tests.
 
-It answers on the wire as the captures in /work/shared/fixtures/kube-apiserver-wire/
+It answers on the wire as the captures in tests/data/fixtures/kube-apiserver-wire/
 show the real one does (v1.25 line): lists with limit/continue, watch streams
 with ADDED/MODIFIED/DELETED/BOOKMARK/ERROR lines, 410 Expired after
 compaction, pods/binding with its 409s, JSONPatch with the 422 for a failed

@@ -91,9 +91,12 @@ class Diagnosis:
         return data
 
 
-def pod_state(pod: Mapping[str, Any], matched: Sequence[str], generation: str, *, reserved: bool = False) -> PodState:
+def pod_state(
+    pod: Mapping[str, Any], matched: Sequence[str], generation: str, *, reserved: bool = False, excluded: frozenset[str] = frozenset()
+) -> PodState:
     """The pod's state and notes. ``reserved``: the set has reservations, which keep every
-    pod that owns none of them off reserved room, matched by a policy or not."""
+    pod that owns none of them off reserved room, matched by a policy or not. ``excluded``:
+    the namespaces no policy matches (the set's ``excluded_namespaces``)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
@@ -116,7 +119,14 @@ def pod_state(pod: Mapping[str, Any], matched: Sequence[str], generation: str, *
             f"Held by {which}: kube-scheduler will not try the pod until whoever added "
             f"{'it lifts it' if len(foreign) == 1 else 'them lifts them'}; kpe never does."
         )
-    if not matched and reserved:
+    namespace = meta.get("namespace") or "default"
+    if namespace in excluded:
+        state.kpe_decides = False
+        state.notes.append(
+            f"Not kpe's to decide: no policy matches pods in {namespace}, one of the namespaces kpe leaves alone "
+            "(--excluded-namespaces). kpe keeps every node and scores them all 0; kube-scheduler's own plugins decide."
+        )
+    elif not matched and reserved:
         state.notes.append(
             f"No policy of generation {generation} matches this pod: only the reservations below apply to it "
             "(it may not take their slots' room)."
@@ -245,7 +255,7 @@ def diagnose(
     eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes)
     return Diagnosis(
         report=report,
-        state=pod_state(pod, report.matched, policy_set.generation, reserved=bool(policy_set.reservations)),
+        state=pod_state(pod, report.matched, policy_set.generation, reserved=bool(policy_set.reservations), excluded=policy_set.excluded_namespaces),
         gates=gate_states(policy_set, pod, report),
         kube=kube,
         eviction=eviction,

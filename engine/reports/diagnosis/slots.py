@@ -45,7 +45,7 @@ class ReservationPart:
 
 def fresh_plan(policy_set: PolicySet, pods: Sequence[Mapping[str, Any]], *, namespace: str) -> Plan:
     """The slots as a controller's first pass would see them (nothing is done)."""
-    singles = {r.name: PolicySet((p,), policy_set.generation) for p in policy_set.policies if (r := p.reservation) is not None}
+    singles = {r.name: policy_set.subset((p,)) for p in policy_set.policies if (r := p.reservation) is not None}
 
     def owns(reservation: Reservation, pod: Mapping[str, Any]) -> bool:
         return bool(matching_scopes(singles[reservation.name], pod, request_inputs(pod, None)))
