@@ -200,6 +200,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             state.worker.close()
+            state.admission_worker.close()
             if state.client is not None and client is None:
                 await state.client.close()
 

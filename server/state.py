@@ -88,6 +88,10 @@ class ServerState:
     certificate: ServingCertificate | None = None  # with --tls-cert: reloaded when its files change
     surfaces_by_port: dict[int, frozenset[str]] = field(default_factory=dict)  # see server.http.listeners.SurfaceGuard
     worker: Worker = field(default_factory=Worker)  # runs the decisions off the event loop
+    # The webhook's admission decisions, on a thread of their own: the API server gives the webhook
+    # 5 s, and behind a slow filter on the decisions' thread it would wait up to the request deadline.
+    # Admission reads the pod and node lists it is handed, never the equivalence cache or nodeInfo.
+    admission_worker: Worker = field(default_factory=lambda: Worker(name="kpe-admission"))
     requeue: Requeue | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
     reservations: Slots | None = None  # with the gate controller: placeholders of the reservations' free slots
     lookahead: Lookahead = field(init=False)  # the prioritize expected after the last filter (server.verbs.lookahead)

@@ -18,6 +18,7 @@ from engine.cel.ext.timestamps import Timestamp
 from engine.equivalence.classes import EquivalenceCache, Offload, TrackedNodeInfo
 from engine.equivalence.reads import pod_paths
 from engine.decisions.filtering import FilterResult
+from engine.decisions.scoring import ScoreResult
 from engine.equivalence.filtering import filter_nodes
 from engine.policy.loader import load, load_text
 from engine.cluster.nodeinfo import NodesByName, NodeState, node_info_map
@@ -27,7 +28,7 @@ from server.http.wire import host_priority, host_priority_json
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR = 3600
-INLINE = 4  # max_misses of the limited requests in same_filter
+INLINE_S = 0.005  # the inline budget of the limited requests in same_filter, as the server's
 
 # Rules with errors under both failure policies, Audit rules, a rule that reads
 # the clock with no clock-free operand, and one that reads the pod's name.
@@ -150,19 +151,22 @@ def audits(result: FilterResult) -> list[tuple[str, str, str, str]]:
 
 
 def same_filter(policies: PolicySet, pod: dict[str, Any], nodes: list[dict[str, Any]], info: dict[str, Any], now: Timestamp, memo: EquivalenceCache) -> FilterResult:
-    # The server first tries a request on its event loop with a limit on the nodes to evaluate:
-    # over it, Offload comes before anything is evaluated or remembered; under it, the answer is whole.
+    # The server first tries a request on its event loop with a budget of evaluation time: over
+    # it (by the class's measured cost), Offload comes before anything is evaluated or
+    # remembered; within it, the answer is whole. Which of the two happens depends on this
+    # machine's speed; both must hold.
     offloaded: Offload | None = None
     try:
-        limited: FilterResult | None = filter_nodes(policies, pod, nodes, node_info=info, now=now, memo=memo, max_misses=INLINE)
+        limited: FilterResult | None = filter_nodes(policies, pod, nodes, node_info=info, now=now, memo=memo, inline_s=INLINE_S)
     except Offload as exc:
         offloaded, limited = exc, None
     remembered = filter_nodes(policies, pod, nodes, node_info=info, now=now, memo=memo)
     full = filter_nodes(policies, pod, nodes, node_info=info, now=now)
     if offloaded is not None:
-        assert offloaded.misses > INLINE and remembered.memo_misses <= offloaded.misses
+        assert offloaded.estimate is None or offloaded.estimate > INLINE_S
+        assert remembered.memo_misses <= offloaded.misses
     else:
-        assert limited is not None and limited.memo_misses <= INLINE
+        assert limited is not None
         assert (limited.passed, limited.failed, limited.unresolvable, events(limited), audits(limited)) == (full.passed, full.failed, full.unresolvable, events(full), audits(full))
         assert remembered.memo_misses == 0, "what the limited request evaluated was remembered"
     assert remembered.passed == full.passed
@@ -309,9 +313,9 @@ def test_nodes_given_by_name_are_answered_as_a_full_evaluation_of_the_cached_nod
         now = at(hour)
         full = filter_nodes(policies, pod, cached.known(names), node_info=cached.info, now=now)
         try:
-            filter_nodes(policies, pod, cached.by_name(names), node_info=cached.info, now=now, memo=memo, max_misses=INLINE)
+            filter_nodes(policies, pod, cached.by_name(names), node_info=cached.info, now=now, memo=memo, inline_s=INLINE_S)
         except Offload as exc:
-            assert exc.misses > INLINE
+            assert exc.estimate is None or exc.estimate > INLINE_S
         remembered = filter_nodes(policies, pod, cached.by_name(names), node_info=cached.info, now=now, memo=memo)
         assert (remembered.passed, remembered.failed, remembered.unresolvable) == (full.passed, full.failed, full.unresolvable)
         assert (events(remembered), audits(remembered), remembered.rejections) == (events(full), audits(full), full.rejections)
@@ -609,12 +613,150 @@ def test_a_class_remembers_the_nodes_outside_the_current_window_of_names(tracked
         assert result.memo_misses == 0, "nothing changed: every node of every window is remembered"
 
 
+class Ticks:
+    """A clock that moves ``step`` seconds each time it is read: a batch of misses is measured as
+    one step, so ``step`` over the batch's size is what the class learns one node costs."""
+
+    def __init__(self, step: float) -> None:
+        self.step, self.now = step, 0.0
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+COSTED = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: pools}
+spec:
+  filters:
+  - {name: ml-pool, expression: "node.metadata.labels['pool'] == 'ml'", message: not an ml node}
+  scores:
+  - {name: ml-first, expression: "node.metadata.labels['pool'] == 'ml' ? 90 : 20"}
+"""
+POD = {"metadata": {"name": "web-1", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
+
+
+def pool_nodes(count: int) -> list[dict[str, Any]]:
+    return [{"metadata": {"name": f"node-{i}", "labels": {"pool": "ml" if i % 2 else "web"}}} for i in range(count)]
+
+
+def changed(nodes: list[dict[str, Any]], *positions: int) -> list[dict[str, Any]]:
+    """The same nodes with new objects at ``positions``: misses there, as after a watch event."""
+    return [copy.deepcopy(n) if i in positions else n for i, n in enumerate(nodes)]
+
+
+@pytest.mark.parametrize("verb", ["filter", "score"])
+def test_a_class_measured_expensive_offloads_even_one_miss_before_evaluating_it(verb: str) -> None:
+    policies, nodes = load_text(COSTED), pool_nodes(4)
+    memo = EquivalenceCache(clock=Ticks(1.0))  # 4 nodes measured in 1 s: 250 ms a node
+    decide = filter_nodes if verb == "filter" else score_nodes
+    assert decide(policies, POD, nodes, memo=memo).memo_misses == 4
+    after = changed(nodes, 2)
+    with pytest.raises(Offload) as offloaded:
+        decide(policies, POD, after, memo=memo, inline_s=10 * INLINE_S)
+    assert (offloaded.value.misses, offloaded.value.estimate) == (1, 0.25)
+    assert decide(policies, POD, after, memo=memo).memo_misses == 1, "nothing was evaluated or remembered before Offload"
+
+
+@pytest.mark.parametrize("verb", ["filter", "score"])
+def test_a_class_measured_cheap_evaluates_the_misses_that_fit_the_budget_in_place(verb: str) -> None:
+    policies, nodes = load_text(COSTED), pool_nodes(8)
+    memo = EquivalenceCache(clock=Ticks(8 * INLINE_S / 5))  # 8 nodes measured at a fifth of the budget each
+    decide = filter_nodes if verb == "filter" else score_nodes
+    decide(policies, POD, nodes, memo=memo)
+    with pytest.raises(Offload) as offloaded:
+        decide(policies, POD, changed(nodes, *range(6)), memo=memo, inline_s=INLINE_S)
+    assert offloaded.value.misses == 6 and offloaded.value.estimate == pytest.approx(1.2 * INLINE_S)
+    inline = decide(policies, POD, changed(nodes, 1, 2, 3, 4), memo=memo, inline_s=INLINE_S)
+    assert inline.memo_misses == 4 and inline.memo_hits == 4
+    if verb == "filter":
+        assert isinstance(inline, FilterResult) and inline.passed == ["node-1", "node-3", "node-5", "node-7"]
+    else:
+        assert isinstance(inline, ScoreResult) and inline.scores == {n["metadata"]["name"]: 9 if i % 2 else 2 for i, n in enumerate(nodes)}
+
+
+@pytest.mark.parametrize("verb", ["filter", "score"])
+def test_a_class_not_measured_yet_and_a_request_without_a_class_offload_any_evaluation(verb: str) -> None:
+    policies, nodes = load_text(COSTED), pool_nodes(1)
+    decide = filter_nodes if verb == "filter" else score_nodes
+    with pytest.raises(Offload) as cold:
+        decide(policies, POD, nodes, memo=EquivalenceCache(clock=Ticks(0.0)), inline_s=60.0)
+    assert (cold.value.misses, cold.value.estimate) == (1, None)
+    with pytest.raises(Offload) as plain:
+        decide(policies, POD, nodes, inline_s=60.0)
+    assert (plain.value.misses, plain.value.estimate) == (1, None)
+    # Nothing to evaluate: no policy matches.
+    assert decide(load_text(""), POD, nodes, inline_s=INLINE_S).memo_misses == 0
+
+
+@pytest.mark.parametrize("verb", ["filter", "score"])
+def test_a_request_of_remembered_nodes_only_never_offloads_however_expensive_the_class(verb: str) -> None:
+    policies, nodes = load_text(COSTED), pool_nodes(32)
+    memo = EquivalenceCache(clock=Ticks(3600.0))
+    decide = filter_nodes if verb == "filter" else score_nodes
+    decide(policies, POD, nodes, memo=memo)
+    for window in (nodes, nodes[::-1], nodes[5:9]):
+        assert decide(policies, POD, window, memo=memo, inline_s=INLINE_S).memo_hits == len(window)
+
+
+def test_a_class_whose_rules_that_read_now_are_measured_expensive_offloads_even_when_every_node_is_remembered() -> None:
+    timed = COSTED.replace("node.metadata.labels['pool'] == 'ml'\",", "now > timestamp('2026-01-01T00:00:00Z')\",", 1)
+    policies, nodes = load_text(timed), pool_nodes(4)
+    memo = EquivalenceCache(clock=Ticks(1.0))
+    assert filter_nodes(policies, POD, nodes, memo=memo, now=at(12)).passed == [n["metadata"]["name"] for n in nodes]
+    with pytest.raises(Offload) as offloaded:
+        filter_nodes(policies, POD, nodes, memo=memo, now=at(12), inline_s=INLINE_S)
+    assert (offloaded.value.misses, offloaded.value.estimate) == (0, 1.0), "the rules that read now run per request: 1 s measured"
+    # The same class with rules that read now measured cheap stays in place.
+    cheap = EquivalenceCache(clock=Ticks(INLINE_S / 4))
+    filter_nodes(policies, POD, nodes, memo=cheap, now=at(12))
+    assert filter_nodes(policies, POD, nodes, memo=cheap, now=at(12), inline_s=INLINE_S).memo_hits == 4
+
+
+def test_a_class_measured_expensive_comes_back_in_place_over_a_few_requests_once_it_is_cheap() -> None:
+    policies, nodes = load_text(COSTED), pool_nodes(2)
+    clock = Ticks(5 * INLINE_S)  # the first pair: 2.5 budgets a node
+    memo = EquivalenceCache(clock=clock)
+    filter_nodes(policies, POD, nodes, memo=memo)
+    clock.step = INLINE_S / 100  # then cheap
+    where = []
+    for _ in range(12):
+        nodes = changed(nodes, 0, 1)
+        try:
+            filter_nodes(policies, POD, nodes, memo=memo, inline_s=INLINE_S)
+            where.append("loop")
+        except Offload:
+            filter_nodes(policies, POD, nodes, memo=memo)  # the worker's turn, measured as well
+            where.append("worker")
+    assert where == ["worker"] * 6 + ["loop"] * 6, "a mean over the last few requests: 5 budgets a request fall below 1 in six"
+
+
+def test_one_measurement_stretched_by_the_machine_does_not_send_a_cheap_class_to_the_worker() -> None:
+    policies, nodes = load_text(COSTED), pool_nodes(4)
+    clock = Ticks(4 * INLINE_S / 20)  # a twentieth of the budget a node
+    memo = EquivalenceCache(clock=clock)
+    filter_nodes(policies, POD, nodes, memo=memo)
+    clock.step = 4 * INLINE_S / 2  # one request's four nodes stretched tenfold (the thread preempted)
+    filter_nodes(policies, POD, changed(nodes, 0, 1, 2, 3), memo=memo)
+    assert filter_nodes(policies, POD, changed(nodes, 0, 1, 2, 3), memo=memo, inline_s=INLINE_S).memo_misses == 4
+
+
+def test_a_cheap_class_whose_evaluation_turns_slow_goes_to_the_worker_from_its_next_request() -> None:
+    policies, nodes = load_text(COSTED), pool_nodes(4)
+    clock = Ticks(4 * INLINE_S / 20)
+    memo = EquivalenceCache(clock=clock)
+    filter_nodes(policies, POD, nodes, memo=memo)
+    clock.step = 0.5  # half a second a node from now on
+    filter_nodes(policies, POD, changed(nodes, 0), memo=memo, inline_s=INLINE_S)  # measured in place, once
+    with pytest.raises(Offload):
+        filter_nodes(policies, POD, changed(nodes, 1), memo=memo, inline_s=INLINE_S)
+
+
 def test_over_http_a_request_the_cache_answers_skips_the_worker_thread_and_a_cold_one_uses_it(tmp_path: Path) -> None:
     import httpx
 
-    from server.verbs.answer import INLINE_MISSES
-
-    names = [f"node-{i}" for i in range(INLINE_MISSES + 8)]
+    names = [f"node-{i}" for i in range(6)]
     with kpe_on_pools(tmp_path, len(names)) as url:
 
         def filter_and_count(i: int) -> float:
@@ -624,7 +766,7 @@ def test_over_http_a_request_the_cache_answers_skips_the_worker_thread_and_a_col
             metrics = httpx.get(url + "/metrics").text.splitlines()
             return sum(float(line.rpartition(" ")[2]) for line in metrics if line.startswith('kpe_worker_requests_total{verb="filter"}'))
 
-        assert filter_and_count(1) == 1.0, f"{len(names)} nodes to evaluate: over {INLINE_MISSES}, the worker evaluates them"
+        assert filter_and_count(1) == 1.0, "a class not measured yet: however few its nodes, the worker evaluates them"
         assert filter_and_count(2) == 1.0, "the same class again: every node remembered, answered on the event loop"
         assert filter_and_count(3) == 1.0
 

@@ -21,6 +21,7 @@ first).
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -117,13 +118,23 @@ class Lookup:
 
 
 class Offload(Exception):
-    """More nodes need evaluating than the caller allowed (``max_misses``): raised before
-    anything is computed or remembered, so the caller can run the request elsewhere (kpe's
-    server answers cheap requests on its event loop and hands the rest to its worker thread)."""
+    """Evaluating the request could take longer than the caller allowed (``inline_s``), or how
+    long is not known: raised before anything is computed or remembered, so the caller can run
+    the request elsewhere (kpe's server answers cheap requests on its event loop and hands the
+    rest to its worker thread). ``estimate`` is the seconds expected, None when not measured."""
 
-    def __init__(self, misses: int) -> None:
-        super().__init__(f"{misses} nodes to evaluate")
+    def __init__(self, misses: int, estimate: float | None) -> None:
+        took = "an unmeasured time" if estimate is None else f"about {estimate * 1000:.2f} ms"
+        super().__init__(f"{misses} nodes to evaluate, {took}")
         self.misses = misses
+        self.estimate = estimate
+
+
+# How much of the measured cost a new measurement leaves: a mean over the last few requests, so
+# one measurement stretched by the machine (a preempted thread, the other thread's turn at the
+# interpreter) does not send a cheap class off the event loop, while a slow policy's first
+# measurement, hundreds of times the budget, keeps it off at once.
+COST_KEPT = 0.75
 
 
 class ClassMemo:
@@ -137,9 +148,9 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "unencoded", "info_blind")
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "unencoded", "info_blind", "cost", "per_request", "clock")
 
-    def __init__(self, *, info_blind: bool = False) -> None:
+    def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
         # result. Three dicts rather than one of tuples, so a whole window is checked in C.
         self.node_of: dict[str, Any] = {}
@@ -161,6 +172,37 @@ class ClassMemo:
         # No rule of the class reads nodeInfo: a node's result outlives changes of its pods, so
         # the bind of a pod (one node's nodeInfo replaced) costs the class no evaluation.
         self.info_blind = info_blind
+        # Seconds to evaluate one node for this class, as measured (None until a node has been):
+        # how many misses a caller's inline budget can take. Measured per class and verb, since
+        # what a node costs depends on the rules that match and on the pod they are bound to.
+        self.cost: float | None = None
+        # Seconds of evaluation every request of the class costs whatever it remembers (the filter's
+        # rules that read now, run per request): measured the same way, None for a class without any.
+        self.per_request: float | None = None
+        self.clock = clock
+
+    def afford(self, misses: int, inline_s: float | None) -> None:
+        """Raise ``Offload`` when evaluating ``misses`` nodes, and what every request of the class
+        costs, could take longer than ``inline_s`` (no limit when None). Only a request that
+        evaluates nothing is affordable before the class has been measured."""
+        if inline_s is None:
+            return
+        if misses and self.cost is None:
+            raise Offload(misses, None)
+        estimate = (self.per_request or 0.0) + misses * (self.cost or 0.0)
+        if estimate > inline_s:
+            raise Offload(misses, estimate)
+
+    def measured(self, seconds: float, evaluated: int) -> None:
+        """``evaluated`` nodes took ``seconds``: an exponentially weighted mean per node, the
+        first measurement taken as it is."""
+        if evaluated <= 0:
+            return
+        self.cost = _kept(self.cost, seconds / evaluated)
+
+    def measured_request(self, seconds: float) -> None:
+        """A request's evaluation that no remembered result spares took ``seconds``."""
+        self.per_request = _kept(self.per_request, seconds)
 
     def lookup(
         self,
@@ -170,11 +212,12 @@ class ClassMemo:
         compute: Callable[[Any, Any, str], Any],
         *,
         names: list[str] | None = None,
-        max_misses: int | None = None,
+        inline_s: float | None = None,
     ) -> Lookup:
         """Each node's result, in order (``compute(node, info, name)`` for the ones not remembered).
         ``names``, when the caller has them (the request's node names), are the nodes' names in order.
-        With ``max_misses``, more nodes than that to compute raise ``Offload`` first."""
+        With ``inline_s``, nodes to compute that could take longer than that (``afford``) raise
+        ``Offload`` first."""
         previous = self.snapshot
         if previous is not None and previous.states is not None:
             previous = None  # the last request was looked up by state: nothing to patch from
@@ -222,8 +265,7 @@ class ClassMemo:
                 identical = map(is_, infos, previous.infos)
                 changed = _falses(list(identical if same is None else map(and_, same, identical)))
                 positions = None
-            if max_misses is not None and len(changed) > max_misses:
-                raise Offload(len(changed))
+            self.afford(len(changed), inline_s)
             results = previous.results.copy()
             todo: Iterable[int] = changed
             hits = len(nodes) - len(changed)
@@ -235,19 +277,26 @@ class ClassMemo:
             results = list(map(self.result_of.get, names))
             fresh = map(and_, map(is_, map(self.node_of.get, names), nodes), map(is_, map(self.info_of.get, names), infos))
             todo = _falses(list(fresh))
-            if max_misses is not None and len(todo) > max_misses:
-                raise Offload(len(todo))
+            self.afford(len(todo), inline_s)
             hits = len(names) - len(todo)
             positions = None
         node_of, info_of, result_of = self.node_of, self.info_of, self.result_of
-        for i in todo:
-            name, node, info = names[i], nodes[i], infos[i]
-            if node_of.get(name) is node and info_of.get(name) is info:
-                results[i] = result_of[name]
-                hits += 1
-            else:
-                results[i] = result = compute(node, info, name)
-                node_of[name], info_of[name], result_of[name] = node, info, result
+        computed = 0
+        start = self.clock() if todo else 0.0
+        try:
+            for i in todo:
+                name, node, info = names[i], nodes[i], infos[i]
+                if node_of.get(name) is node and info_of.get(name) is info:
+                    results[i] = result_of[name]
+                    hits += 1
+                else:
+                    results[i] = result = compute(node, info, name)
+                    node_of[name], info_of[name], result_of[name] = node, info, result
+                    computed += 1
+        finally:
+            # Measured even when the deadline stops the loop: those nodes cost that much.
+            if computed:
+                self.measured(self.clock() - start, computed)
         self.snapshot = Snapshot(names, nodes, infos, results, info_version=version, info_map=node_info if version is not None else None, positions=positions)
         # Deleted nodes would otherwise stay for ever. The bound follows the cluster, not this
         # request: kube-scheduler sends a different window of ~40% of the nodes for each pod, and
@@ -268,14 +317,14 @@ class ClassMemo:
         compute: Callable[[Any, Any, str], Any],
         *,
         names: list[str] | None = None,
-        max_misses: int | None = None,
+        inline_s: float | None = None,
     ) -> Lookup:
         """``lookup_names`` for nodes given by name (with the TrackedNodeInfo that logs their
         changes), ``lookup`` for nodes given as objects."""
         if isinstance(nodes, NodesByName):
             assert isinstance(node_info, TrackedNodeInfo)
-            return self.lookup_names(nodes.names, nodes.states, node_info, compute, max_misses=max_misses)
-        return self.lookup(nodes, node_info, missing, compute, names=names, max_misses=max_misses)
+            return self.lookup_names(nodes.names, nodes.states, node_info, compute, inline_s=inline_s)
+        return self.lookup(nodes, node_info, missing, compute, names=names, inline_s=inline_s)
 
     def lookup_names(
         self,
@@ -284,7 +333,7 @@ class ClassMemo:
         changes: TrackedNodeInfo,
         compute: Callable[[Any, Any, str], Any],
         *,
-        max_misses: int | None = None,
+        inline_s: float | None = None,
     ) -> Lookup:
         """``lookup`` for nodes given by name: ``states`` holds each known node's current
         ``NodeState``, and ``changes`` logs every name whose state was replaced (a
@@ -305,16 +354,23 @@ class ClassMemo:
         previous = self.snapshot
         results = list(map(by_name.get, names))
         todo = list(compress(range(len(results)), map(is_, results, repeat(None))))
-        if max_misses is not None and len(todo) > max_misses:
-            raise Offload(len(todo))
+        self.afford(len(todo), inline_s)
         unknown: list[int] = []
-        for i in todo:
-            state = states.get(names[i])
-            if state is None:
-                unknown.append(i)
-                continue
-            # A state replaced while this is computed is logged, and forgotten at the next sync.
-            results[i] = by_name[state.name] = compute(state.node, state.info, state.name)
+        computed = 0
+        start = self.clock() if todo else 0.0
+        try:
+            for i in todo:
+                state = states.get(names[i])
+                if state is None:
+                    unknown.append(i)
+                    continue
+                # A state replaced while this is computed is logged, and forgotten at the next sync.
+                results[i] = by_name[state.name] = compute(state.node, state.info, state.name)
+                computed += 1
+        finally:
+            # Measured even when the deadline stops the loop: those nodes cost that much.
+            if computed:
+                self.measured(self.clock() - start, computed)
         hits = len(names) - len(todo)
         missing = [names[i] for i in unknown]
         if unknown:
@@ -327,6 +383,10 @@ class ClassMemo:
             changed = []  # the very same answer as last time (a small cluster sends every node, every time)
         self.snapshot = Snapshot(names, [], [], results, states=states)
         return Lookup(names, None, results, hits, changed, previous if changed is not None else None, states, missing)
+
+
+def _kept(old: float | None, new: float) -> float:
+    return new if old is None else COST_KEPT * old + (1 - COST_KEPT) * new
 
 
 def _infos(node_info: Mapping[str, Any] | None, names: list[str], missing: Any) -> list[Any]:
@@ -350,8 +410,9 @@ def _falses(flags: list[bool]) -> list[int]:
 class EquivalenceCache:
     """Per-node results for the most recently used pod classes of one generation."""
 
-    def __init__(self, *, classes: int = 16) -> None:
+    def __init__(self, *, classes: int = 16, clock: Callable[[], float] = time.perf_counter) -> None:
         self.classes = classes
+        self.clock = clock  # what the classes measure their evaluations with
         self._generation = ""
         self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
         self._reads: dict[str, PolicyReads] = {}
@@ -388,7 +449,7 @@ class EquivalenceCache:
         table = self._tables.get(key)
         if table is None:
             blind = not any(self.reads(s.policy).reads_node_info(verb) for s in scopes)
-            table = self._tables[key] = ClassMemo(info_blind=blind)
+            table = self._tables[key] = ClassMemo(info_blind=blind, clock=self.clock)
             while len(self._tables) > 2 * self.classes:  # a filter and a score table per class
                 self._tables.popitem(last=False)
         else:

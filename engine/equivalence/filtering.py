@@ -47,13 +47,15 @@ def filter_nodes(
     memo: EquivalenceCache | None = None,
     deadline: Deadline | None = None,
     names: list[str] | None = None,
-    max_misses: int | None = None,
+    inline_s: float | None = None,
 ) -> FilterResult:
     """``engine.decisions.filtering.filter_nodes`` with the equivalence cache.
 
     ``names``, when given, are the nodes' names in order (the request's own, which
-    saves reading them back). With ``max_misses``, a request that would evaluate more
-    nodes than that raises ``Offload`` before evaluating any.
+    saves reading them back). With ``inline_s``, a request whose evaluation could take
+    longer than that many seconds, by its class's measured cost (per node, and per request
+    for rules that read ``now``), raises ``Offload`` before evaluating any node; so does any
+    evaluation at all for a class not measured yet or a request without a class.
 
     With ``memo``, per-node results of rules that do not read ``now`` are kept
     for the pod's equivalence class and reused while the node and its
@@ -68,13 +70,13 @@ def filter_nodes(
         names = nodes.names
         nodes, result.unknown = nodes.resolve()
         names = None if result.unknown else names
-    if max_misses is not None and table is None and ordered and len(nodes) > max_misses:
-        raise Offload(len(nodes))
+    if inline_s is not None and table is None and ordered and len(nodes):
+        raise Offload(len(nodes), None)  # nothing remembered, nothing measured
     if table is None or memo is None:
         assert not isinstance(nodes, NodesByName)
         return request.evaluate(nodes, node_info, deadline)
     try:
-        _memoized(result, ordered, request.counts, nodes, node_info, table, lambda scope: memo.reads(scope.policy), deadline, names, max_misses)
+        _memoized(result, ordered, request.counts, nodes, node_info, table, lambda scope: memo.reads(scope.policy), deadline, names, inline_s)
     except Overdue:
         # What was computed is remembered for the next request of this class; this one
         # answers every node as overdue rather than assemble a partial view.
@@ -209,7 +211,7 @@ def _memoized(
     reads: Callable[[PolicyScope], PolicyReads],
     deadline: Deadline | None = None,
     names: list[str] | None = None,
-    max_misses: int | None = None,
+    inline_s: float | None = None,
 ) -> None:
     """The fast path's verdicts from remembered results. Rules that read ``now`` run
     per request, in plan order around the remembered ones, so the first rejecting
@@ -245,7 +247,7 @@ def _memoized(
             shared = memo.shared[remembered] = remembered
         return shared
 
-    found = memo.lookup_nodes(nodes, node_info, NO_NODE_INFO, remember, names=names, max_misses=max_misses)
+    found = memo.lookup_nodes(nodes, node_info, NO_NODE_INFO, remember, names=names, inline_s=inline_s)
     result.unknown = found.unknown
     names, results, previous = found.names, found.results, found.previous
     result.memo_hits += found.hits
@@ -263,6 +265,7 @@ def _memoized(
     result.unresolvable.update(view.unresolvable)
     result.rejections = {label: n for label, n in view.rejections.items() if n}
     if view.timed:
+        start = memo.clock()
         passing = passing.copy()
         bound: dict[int, Entry] = {}
         for i in sorted(view.timed):
@@ -278,6 +281,10 @@ def _memoized(
             else:
                 (result.unresolvable if unresolvable_ else result.failed)[name] = reason
                 count_rejection(result.rejections, reason)
+        # Evaluation that even a request of remembered nodes pays: the next one's budget counts it.
+        memo.measured_request(memo.clock() - start)
+    elif memo.per_request:
+        memo.measured_request(0.0)
     result.passed.extend(compress(names, passing))
     for i in sorted(view.eventful):
         for audit, event in results[i].final_events:

@@ -32,14 +32,16 @@ def score_nodes(
     memo: EquivalenceCache | None = None,
     deadline: Deadline | None = None,
     names: list[str] | None = None,
-    max_misses: int | None = None,
+    inline_s: float | None = None,
     encode: Callable[[str, int], bytes] | None = None,
 ) -> ScoreResult:
     """``engine.decisions.scoring.score_nodes`` with the equivalence cache. With ``memo`` (and no score rule reading ``now``),
     a node's score is reused for pods of the same equivalence class while the node
     and its ``nodeInfo`` are the same objects (see ``engine.equivalence.classes``). With
-    ``max_misses``, a request that would evaluate more nodes than that raises
-    ``Offload`` before evaluating any. With ``encode`` (and the cache), each node's
+    ``inline_s``, a request whose evaluation could take longer than that many seconds, by
+    its class's measured cost per node, raises ``Offload`` before evaluating any node; so
+    does any evaluation at all for a class not measured yet or a request without a class.
+    With ``encode`` (and the cache), each node's
     ``encode(name, score)`` is kept with its score and ``encoded`` lists them in
     order: an answer assembled without per-node work on a hit. ``nodes`` given by
     name: as for ``filter_nodes`` (unknown names are left out and listed in ``unknown``)."""
@@ -50,8 +52,8 @@ def score_nodes(
         table = memo.table(generation=policy_set.generation, verb="score", scopes=request.scopes, pod=pod)
     if isinstance(nodes, NodesByName) and (table is None or not isinstance(node_info, TrackedNodeInfo)):
         nodes, result.unknown = nodes.resolve()
-    if max_misses is not None and table is None and rules and len(nodes) > max_misses:
-        raise Offload(len(nodes))
+    if inline_s is not None and table is None and rules and len(nodes):
+        raise Offload(len(nodes), None)  # nothing remembered, nothing measured
     if table is None:
         assert not isinstance(nodes, NodesByName)
         return request.evaluate(nodes, node_info, deadline)
@@ -73,7 +75,7 @@ def score_nodes(
         return outcome
 
     try:
-        found = table.lookup_nodes(nodes, node_info, NO_NODE_INFO, scored, names=names, max_misses=max_misses)
+        found = table.lookup_nodes(nodes, node_info, NO_NODE_INFO, scored, names=names, inline_s=inline_s)
         result.unknown = found.unknown
     except Overdue:
         # Past the deadline a rule counts as failed to evaluate: 0, or left out of the mean.

@@ -147,8 +147,8 @@ async def _review(request: Request, state: ServerState) -> Response:
         policy_set = state.store.current
         nodes = state.cache.nodes() if state.cache is not None else []
         pods = state.cache.pods() if state.cache is not None else []
-        result = await state.worker.run(admit, policy_set, pod, nodes=nodes, pods=pods)
-        routed = await state.worker.run(scheduling_policies, policy_set, pod) if state.settings.scheduler_name else []
+        result = await state.admission_worker.run(admit, policy_set, pod, nodes=nodes, pods=pods)
+        routed = await state.admission_worker.run(scheduling_policies, policy_set, pod) if state.settings.scheduler_name else []
     except Exception as exc:  # noqa: BLE001 - kpe's own failure: the documented setting decides
         log.exception("admission webhook failed")
         state.metrics.admission_reviews.labels("failed").inc()

@@ -31,8 +31,8 @@ SWITCH_INTERVAL_S = 0.0005
 
 
 class Worker:
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kpe-evaluation")
+    def __init__(self, *, name: str = "kpe-evaluation") -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         # Each counter has one writer (the event loop, this thread), so no lock: idle when equal.
         # Counted where the call really ends: a caller cancelled while waiting leaves it running.
         self._submitted = 0

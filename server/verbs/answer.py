@@ -66,20 +66,28 @@ class Answer:
 Handler = Callable[[bytes, Deadline, ServerState], Awaitable[Answer]]
 """A verb: the request body as received, the request's deadline and the state in; the answer out."""
 
-# Nodes a filter or prioritize may evaluate on the event loop. Most requests of the scheduler's
-# stream need a handful (the equivalence cache holds the rest): answered in place, they skip the
-# hand-off to the worker thread and back, about a fifth of kpe's CPU per scheduled pod. A request
-# with more waits for the worker, so a large evaluation never holds up the other listeners.
-INLINE_MISSES = 32
+# Seconds of evaluation a filter or prioritize may spend on the event loop, by its equivalence
+# class's measured cost per node. Most requests of the scheduler's stream evaluate a few nodes
+# (the equivalence cache holds the rest): answered in place, they skip the hand-off to the worker
+# thread and back, about a fifth of kpe's CPU per scheduled pod. The event loop also answers the
+# probes and /metrics and applies watch events, so what it evaluates is bounded by time, not by
+# a count of nodes that a slow policy can make last seconds. 5 ms is about the 32 nodes of the
+# shipped policies the loop used to take (50 to 140 us a node on bench/cluster.py's nodes): at
+# 2 ms, 15% of scheduler_bench.py's prioritizes lost the answer worked out ahead; at 5 ms as many
+# kept it as with 32 nodes (2,766 and 2,788 of 3,000). A probe waits milliseconds for it, where
+# a slow policy on 32 nodes held it for seconds.
+INLINE_BUDGET_S = 0.005
 T = TypeVar("T")
 
 
-async def evaluate(state: ServerState, verb: str, decide: Callable[[int | None], T]) -> T:
-    """``decide(max_misses)`` on the event loop when it is cheap and the worker is idle (so the
-    two never share the equivalence cache), else ``decide(None)`` on the worker thread."""
+async def evaluate(state: ServerState, verb: str, decide: Callable[[float | None], T]) -> T:
+    """``decide(inline_s)`` on the event loop when the worker is idle (so the two never share the
+    equivalence cache) and the engine expects it to fit the inline budget, else ``decide(None)``
+    on the worker thread: the engine raises ``Offload`` before evaluating anything it cannot
+    vouch for (a class whose cost is not measured yet, a request without a class)."""
     if state.worker.idle:
         try:
-            return decide(INLINE_MISSES)
+            return decide(INLINE_BUDGET_S)
         except Offload:
             pass
     state.metrics.offloaded.labels(verb).inc()

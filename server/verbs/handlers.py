@@ -31,7 +31,7 @@ from engine.policy.model import PolicySet
 from server.http.responses import HTTPProblem, parse_json
 from server.http.wire import ExtenderArgs, decode_extender_args, filter_result, host_priority, host_priority_json, host_priority_list
 from server.state import ServerState
-from server.verbs.answer import GENERATION_HEADER, INLINE_MISSES, NO_CLUSTER, Answer, cache_unusable, evaluate, pod_label
+from server.verbs.answer import GENERATION_HEADER, INLINE_BUDGET_S, NO_CLUSTER, Answer, cache_unusable, evaluate, pod_label
 from server.verbs.lookahead import Expected
 from server.verbs.reserved import keep_off_reserved
 
@@ -89,8 +89,8 @@ async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> A
     result = await evaluate(
         state,
         "filter",
-        lambda limit: keep_off_reserved(
-            state, policy_set, args.pod, nodes, filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, max_misses=limit)
+        lambda inline_s: keep_off_reserved(
+            state, policy_set, args.pod, nodes, filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, inline_s=inline_s)
         ),
     )
     if result.unknown:
@@ -185,8 +185,8 @@ async def _prioritize(
     result = await evaluate(
         state,
         "prioritize",
-        lambda limit: score_nodes(
-            policy_set, pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, max_misses=limit, encode=host_priority
+        lambda inline_s: score_nodes(
+            policy_set, pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, inline_s=inline_s, encode=host_priority
         ),
     )
     _count_scoring(state, result)
@@ -243,7 +243,7 @@ def _look_ahead(state: ServerState, raw: bytes, body: Any, pod: dict[str, Any], 
         deadline = Deadline.after(state.settings.request_deadline_s)
         nodes = state.nodes_by_name(expected.names)
         result = score_nodes(
-            expected.policy_set, expected.pod, nodes, node_info=state.node_info(), memo=state.equivalence, deadline=deadline, max_misses=INLINE_MISSES, encode=host_priority
+            expected.policy_set, expected.pod, nodes, node_info=state.node_info(), memo=state.equivalence, deadline=deadline, inline_s=INLINE_BUDGET_S, encode=host_priority
         )
     except Offload:
         return
