@@ -149,8 +149,9 @@ class Settings:
         default=60.0,
         metadata={
             "group": "cluster access and cache",
-            "help": "when kpe has been cut off from the API server this long, node-name requests get an Error instead of answers "
-            "from its stale cache (0: never)"
+            "help": "0: answer node names from whatever the cache holds, connected or not; any other value: from the moment a "
+            "watch breaks until the cache has caught up again, node-name requests get an Error (kube-scheduler retries the pod) "
+            "instead of answers from a cache that may miss changes (docs/operations.md)"
         },
     )
     scheduler_name: str = field(

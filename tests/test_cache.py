@@ -1,6 +1,6 @@
 """The Kubernetes client (server/cluster/kube.py) and the node/pod cache (server/cluster/cache.py)
 against the in-process fake API server, over real HTTP, through a kubeconfig
-with a bearer token (so kr8s's configuration path is the one exercised)."""
+with a bearer token (so kpe's own credential loading is the one exercised)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import trustme
 
-from server.cluster.informer import backoff
+from server.cluster import informer
+from server.cluster.informer import MIN_HEALTHY_WATCH_S, backoff
 from server.cluster.cache import ClusterCache
 from server.cluster.kube import ApiError, CredentialsError, Expired, KubeClient
 from server.telemetry.metrics import Metrics
@@ -255,6 +256,83 @@ def test_bookmarks_advance_the_resource_version_a_resumed_watch_starts_from(api:
         assert len(list_requests(api.state, "/api/v1/nodes")) == 1
 
     run(body)
+
+
+def test_a_watch_break_disconnects_the_cache_until_its_resumed_watches_are_heard_from(api: FakeApiServer, kubeconfig: str) -> None:
+    api.state.add_node(node("node-1"))
+
+    async def body() -> None:
+        async with cache_on(kubeconfig) as (_, cache):
+            await asyncio.to_thread(api.state.wait_for_watches, 2)
+            assert cache.connected and cache.disconnection() is None
+            api.state.drop_watches()
+            await eventually(lambda: not cache.connected, what="the break to show")
+            await asyncio.to_thread(api.state.wait_for_watches, 2)
+            # Resumed from where they were, and not heard from yet: they could be missing what changed.
+            lost = cache.disconnection()
+            assert not cache.connected and lost is not None and "nodes: its watch failed (ConnectionLost)" in lost[1]
+            api.state.update("nodes", "node-1", merge={"metadata": {"labels": {"after": "break"}}})
+            api.state.add_pod(pod("web"))
+            await eventually(lambda: cache.connected, what="the resumed watches to say something")
+            assert (cache.node("node-1") or {})["metadata"]["labels"]["after"] == "break"
+        assert len([q for q in list_requests(api.state, "/api/v1/nodes") if q.get("limit") != "1"]) == 1  # caught up without a relist
+
+    run(body)
+
+
+def test_the_backoff_starts_over_after_each_outage_so_restarts_of_a_quiet_cluster_do_not_add_up_to_its_cap(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quiet watch delivers no event: were only events to reset the backoff, every outage
+    would start where the last one ended, until retries came --relist-backoff-max-s apart."""
+    api.state.add_node(node("node-1"))
+    failures: list[int] = []
+
+    def recorded(count: int, maximum: float) -> float:
+        failures.append(count)
+        return backoff(count, maximum)
+
+    monkeypatch.setattr(informer, "backoff", recorded)
+    worst: list[int] = []
+
+    async def body() -> None:
+        async with cache_on(kubeconfig, backoff_max=30.0) as (_, cache):
+            for _ in range(3):
+                await asyncio.sleep(MIN_HEALTHY_WATCH_S + 0.2)  # the quiet watches have worked a while
+                failures.clear()
+                api.state.fail_next(3, 500, path="/api/v1/")
+                api.state.drop_watches()
+                await eventually(lambda: not cache.connected, what="the outage to show")
+                await eventually(lambda: cache.connected, timeout=20, what="the cache to catch up")
+                worst.append(max(failures))
+
+    run(body, timeout=40)
+    assert worst == [min(w, 3) for w in worst] and len(worst) == 3  # three failed answers at most, each outage
+
+
+def test_a_server_whose_watches_expire_at_once_after_each_list_gets_a_growing_backoff_not_a_relist_loop(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each 410 Expired asks for a relist, and each list succeeds: were a successful list to
+    reset the backoff outright, the informer would relist as fast as the server answers."""
+    api.state.add_node(node("node-1"))
+    api.state.fail_next(1_000_000, 410, path="/api/v1/nodes", watch=True)
+    failures: list[int] = []
+
+    def recorded(count: int, maximum: float) -> float:
+        failures.append(count)
+        return backoff(count, maximum)
+
+    monkeypatch.setattr(informer, "backoff", recorded)
+
+    async def body() -> None:
+        async with cache_on(kubeconfig, backoff_max=30.0) as (_, cache):
+            await eventually(lambda: len(list_requests(api.state, "/api/v1/nodes")) >= 3, timeout=20, what="two relists")
+            assert cache._reachability.probes == 0  # the server answers: no probe cuts the backoff short
+
+    run(body, timeout=30)
+    # Each list succeeds and resets the failures, but not the flapping: the waits keep growing.
+    assert failures[:2] == [2, 3]
 
 
 def test_503_answers_are_retried_with_growing_backoff_until_the_cache_syncs(api: FakeApiServer, kubeconfig: str) -> None:

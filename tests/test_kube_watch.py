@@ -1,6 +1,6 @@
 """The watch reader of server.cluster.kube: HTTP/1.1 framing parsed from whatever pieces the
 socket delivers, the error mapping of ``KubeClient.watch``, credentials reloaded on
-401/403, the read timeout, cancellation and flow control.
+401/403 (asked again only when they changed), the read timeout, cancellation and flow control.
 
 Framing is checked by feeding ``WatchStream`` directly (every split of the bytes is
 then possible); the rest against a scripted HTTP server on loopback that writes exactly
@@ -332,7 +332,7 @@ def test_error_events_raise_after_the_events_before_them(tmp_path: Path) -> None
     run(check)
 
 
-def test_a_403_reloads_the_credentials_and_asks_again_and_a_fourth_refusal_is_the_error(tmp_path: Path) -> None:
+def test_a_403_reloads_the_credentials_and_asks_again_and_a_refusal_of_unchanged_ones_is_the_error_at_once(tmp_path: Path) -> None:
     config = tmp_path / "kc"
     refusal = orjson.dumps({"kind": "Status", "code": 403, "reason": "Forbidden", "message": "token expired"})
     refused = b"HTTP/1.1 403 Forbidden\r\nContent-Length: %d\r\n\r\n%s" % (len(refusal), refusal)
@@ -354,7 +354,9 @@ def test_a_403_reloads_the_credentials_and_asks_again_and_a_fourth_refusal_is_th
             async with client_for(str(config)) as client:
                 with pytest.raises(ApiError) as raised:
                     await watched(client)
-            assert raised.value.status == 403 and len(server.requests) == 4  # the Status' code wins over the line's
+            # Asking again with the very credentials refused would get the same answer (an API server
+            # restarting refuses for a moment while it loads RBAC): the informer's backoff retries instead.
+            assert raised.value.status == 403 and len(server.requests) == 1  # the Status' code wins over the line's
 
     run(check)
 

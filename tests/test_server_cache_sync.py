@@ -1,7 +1,8 @@
-"""Node-name requests (nodeCacheCapable: true) before kpe's cache has synced, and while
-it is cut off from the API server, get an Error that says so: answered from an empty
-or stale cache they would be 200s with every node in FailedNodes ("not in kpe's node
-cache"), which kube-scheduler takes as real verdicts. Against the fake API server."""
+"""Node-name requests (nodeCacheCapable: true) before kpe's cache has synced, and from a
+watch break until it has caught up again, get an Error that says so, and /readyz fails:
+answered from an empty or stale cache they would be 200s with every node in FailedNodes
+("not in kpe's node cache"), or passes on nodes whose change the cache missed, which
+kube-scheduler takes as real verdicts. Against the fake API server."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from server.app import create_app
-from server.verbs.answer import NOT_SYNCED
+from server.verbs.answer import NOT_CONNECTED, NOT_SYNCED
 from server.settings import Settings
 from server.state import ServerState
 
@@ -92,8 +93,10 @@ def test_before_the_first_sync_node_name_verbs_answer_with_an_error_that_says_so
         answers_normally(url)
 
 
-def test_after_a_long_cut_off_from_the_api_server_node_name_verbs_answer_with_an_error(api: FakeApiServer, tmp_path: Path) -> None:
-    app = app_on(api, tmp_path, cache_stale_after_s=0.5)
+def test_from_a_watch_break_until_the_cache_has_caught_up_node_name_verbs_answer_with_an_error_and_readyz_fails(api: FakeApiServer, tmp_path: Path) -> None:
+    """The cut-off need not last --cache-stale-after-s: a node relabelled while the watch is
+    down would be answered from the old labels the moment the break happened."""
+    app = app_on(api, tmp_path)
     with serve(app) as url:
         wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
         answers_normally(url)
@@ -103,21 +106,39 @@ def test_after_a_long_cut_off_from_the_api_server_node_name_verbs_answer_with_an
         wait_for(lambda: httpx.post(url + "/scheduler/filter", json=FILTER).json()["Error"] != "")
         error = httpx.post(url + "/scheduler/filter", json=FILTER).json()["Error"]
         assert re.fullmatch(
-            r"kpe's node and pod cache has heard nothing from the API server for \d+ s \(over --cache-stale-after-s 0\.5\) "
-            r"\(last error: .*503.*\); not answering from it",
+            re.escape(NOT_CONNECTED) + r" for \d+ s \((nodes|pods): its (watch|list) failed \(.*\)\) "
+            r"\(last error: .*\); not answering node names from it until it has caught up \(its /readyz says when\)",
             error,
         ), error
         response = httpx.post(url + "/scheduler/prioritize", json=FILTER)
-        assert response.status_code == 503 and response.json()["Error"].startswith("kpe's node and pod cache has heard nothing")
+        assert response.status_code == 503 and response.json()["Error"].startswith(NOT_CONNECTED)
+        ready = httpx.get(url + "/readyz")
+        assert ready.status_code == 503 and ready.text.startswith("not ready: node and pod cache not connected to the API server for "), ready.text
+        wait_for(lambda: "503" in httpx.get(url + "/readyz").text)  # the retries' answers show up as they come
 
         api.state.clear_faults()
         wait_for(lambda: httpx.post(url + "/scheduler/filter", json=FILTER).json()["Error"] == "")
+        assert httpx.get(url + "/readyz").status_code == 200
         answers_normally(url)
 
 
-def test_a_quiet_cluster_is_not_a_stale_cache(tmp_path: Path) -> None:
-    """No event and no bookmark for longer than --cache-stale-after-s, and a watch that
-    was dropped and came back: the watches are open, so the cache is current."""
+def test_with_cache_stale_after_0_node_name_verbs_answer_from_a_cache_that_is_not_connected(api: FakeApiServer, tmp_path: Path) -> None:
+    app = app_on(api, tmp_path, cache_stale_after_s=0)
+    with serve(app) as url:
+        wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
+        cache = state_of(app).cache
+        assert cache is not None
+        api.state.fail_next(1_000_000, 503)
+        api.state.drop_watches()
+        wait_for(lambda: not cache.connected)
+        answers_normally(url)
+        assert httpx.get(url + "/readyz").status_code == 503  # readiness still tells the truth
+
+
+def test_a_quiet_cluster_is_not_a_stale_cache_and_a_silent_resumed_watch_is_relisted(tmp_path: Path) -> None:
+    """No event and no bookmark for longer than --cache-stale-after-s while the watches are
+    open: the cache is current. A watch resumed after a break that then says nothing could be
+    missing what changed meanwhile: the informer relists rather than wait for a bookmark."""
     with FakeApiServer(bookmark_interval=3600) as api:
         for name in NODES:
             api.state.add_node(node(name))
@@ -126,9 +147,16 @@ def test_a_quiet_cluster_is_not_a_stale_cache(tmp_path: Path) -> None:
             wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
             cache = state_of(app).cache
             assert cache is not None
-            api.state.drop_watches()
-            wait_for(lambda: cache.last_error is not None or api.state.watch_count() == 2)
-            wait_for(lambda: cache.last_error is None and api.state.watch_count() == 2)  # back, and nothing said since
             time.sleep(0.5)
-            assert cache.lag_seconds("node") > 0.3 and cache.stale_seconds() == 0
+            assert cache.lag_seconds("node") > 0.3 and cache.connected
+            answers_normally(url)
+
+            lists = len([r for r in api.state.requests_to("GET", "/api/v1/nodes") if "watch" not in r.query])
+            api.state.drop_watches()
+            wait_for(lambda: not cache.connected)
+            wait_for(lambda: cache.connected and httpx.get(url + "/readyz").status_code == 200)
+            relisted = [r for r in api.state.requests_to("GET", "/api/v1/nodes") if "watch" not in r.query and r.query.get("limit") != "1"]
+            assert len(relisted) == lists + 1  # the probe's one-node lists aside
+            metrics = state_of(app).metrics
+            assert metrics.registry.get_sample_value("kpe_watch_restarts_total", {"kind": "node", "reason": "silent"}) == 1
             answers_normally(url)

@@ -3,8 +3,12 @@
 Two informers (nodes, pods in all namespaces; ``server.cluster.informer``) each
 list once, then watch from the list's resourceVersion. A relist is applied as
 the difference from what is cached (so ``nodeInfo`` stays incremental and
-subscribers see one change). While the API server cannot be reached the cache
-keeps serving what it has, and the growing ``lag_seconds`` shows the outage.
+subscribers see one change). The cache is ``connected`` while every informer is:
+its watch open and caught up (see ``server.cluster.informer``). From any break
+until then, ``disconnection`` says since when and why, and node names are not
+answered from it (``server.verbs.answer.cache_unusable``, ``/readyz``); what it
+holds stays for the controllers and introspection, and ``lag_seconds`` shows
+how long the API server has said nothing.
 
 ``nodeInfo`` (engine.cluster.nodeinfo) is maintained per node as pods are bound,
 finish or are deleted; the view dict is cached per node and rebuilt only when
@@ -41,7 +45,7 @@ from engine.equivalence.classes import TrackedNodeInfo
 from engine.cluster.nodeinfo import NodeInfoAccumulator, NodeState, is_active, pod_key
 from engine.cluster.projection import EVERYTHING, Projection
 
-from server.cluster.informer import Informer
+from server.cluster.informer import CATCH_UP_S, Informer, Reachability
 from server.cluster.kube import KubeClient
 from server.cluster.trim import is_projected as is_projected  # also read through here by server.introspection.endpoints
 from server.cluster.trim import trim
@@ -76,6 +80,7 @@ class ClusterCache:
         policies: PolicyStore | None = None,
         projection: Projection | None = None,
         narrow_after_s: float = NARROW_AFTER_S,
+        catch_up_s: float = CATCH_UP_S,
     ) -> None:
         self._client = client
         self._on_event = on_event
@@ -93,8 +98,10 @@ class ClusterCache:
         self.node_version = 0  # moves on every node added, changed or deleted
         self._resolved: dict[str, tuple[list[str], int, list[Obj], list[str]]] = {}
         self._stale: set[str] = set()
+        self._reachability = Reachability(client, "/api/v1/nodes")
         self._informers = {
-            kind: Informer(kind, path, client=client, sink=self, metrics=metrics, page_size=page_size, backoff_max=backoff_max)
+            kind: Informer(kind, path, client=client, sink=self, metrics=metrics, page_size=page_size, backoff_max=backoff_max,
+                           catch_up_s=catch_up_s, reachability=self._reachability)
             for kind, path in (("node", "/api/v1/nodes"), ("pod", "/api/v1/pods"))
         }
         self._subscribers: list[asyncio.Event] = []
@@ -177,13 +184,18 @@ class ClusterCache:
         """Seconds since the API server last said anything about ``kind`` (list, accepted watch, event or bookmark)."""
         return time.monotonic() - self._informers[kind].last_word
 
-    def stale_seconds(self) -> float:
-        """How long the cache has been cut off: the longest time since an informer that is
-        failing now last heard from the API server (0 while every informer is healthy).
-        Not ``lag_seconds``: a healthy watch on a quiet cluster can go minutes without an
-        event, and the watch cache sends bookmarks only when its resourceVersion moves."""
+    @property
+    def connected(self) -> bool:
+        """Whether every informer's watch is open and caught up: what the cache holds is current."""
+        return all(inf.connected for inf in self._informers.values())
+
+    def disconnection(self) -> tuple[float, str] | None:
+        """None while the cache is connected; else for how many seconds it has not been, and why."""
+        lost = [inf for inf in self._informers.values() if not inf.connected]
+        if not lost:
+            return None
         now = time.monotonic()
-        return max((now - inf.last_word for inf in self._informers.values() if inf.error), default=0.0)
+        return max(now - inf.since for inf in lost), "; ".join(f"{inf.kind}s: {inf.why}" for inf in lost)
 
     def subscribe(self) -> asyncio.Event:
         """An event set on every change to the cache; the subscriber clears it."""
@@ -230,6 +242,7 @@ class ClusterCache:
             if store.ready:  # a set swapped in before the guard was there: nothing is cached yet
                 self._projection = self._projection.union(store.current.pod_projection)
         loops = [asyncio.create_task(inf.run(stop), name=f"informer-{kind}") for kind, inf in self._informers.items()]
+        loops.append(asyncio.create_task(self._reachability.run(stop), name="api-server-probe"))
         stopped = asyncio.create_task(stop.wait())
         try:
             await asyncio.wait([*loops, stopped], return_when=asyncio.FIRST_COMPLETED)

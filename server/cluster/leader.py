@@ -116,8 +116,11 @@ class LeaderElector:
                 held = await self.try_acquire_or_renew()
                 if held:
                     self._last_renew = time.time()
-            except ApiError as exc:
-                log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            except Exception as exc:  # noqa: BLE001 - the campaign must outlive any failure: a replica that stops renewing stops leading
+                if isinstance(exc, ApiError):
+                    log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+                else:
+                    log.exception("lease %s/%s: renewal failed", self.namespace, self.name)
                 # The API server is unreachable: keep leading only while the last
                 # renewal is recent enough that nobody else can have taken over.
                 held = self.is_leader and time.time() - self._last_renew < self.duration * 2 / 3

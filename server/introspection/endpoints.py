@@ -60,6 +60,10 @@ async def readyz(request: Request) -> Response:
         problems.append("policies not loaded")
     if state.cache is not None and not state.cache.synced.is_set():
         problems.append("node and pod cache not synced yet")
+    elif state.cache is not None and (lost := state.cache.disconnection()) is not None:
+        # Past its first sync too: from a watch break until the cache has caught up, it may
+        # miss any change, and the verbs do not answer node names from it.
+        problems.append(f"node and pod cache not connected to the API server for {lost[0]:.0f} s ({lost[1]})")
     if problems:
         return PlainTextResponse("not ready: " + "; ".join(problems), status_code=503)
     return PlainTextResponse("ok")

@@ -25,24 +25,29 @@ NOT_SYNCED = (
     "kpe's node and pod cache has not synced with the API server yet; kpe cannot resolve node names "
     "or victims until it has (its /readyz says when)"
 )
+NOT_CONNECTED = "kpe's node and pod cache is not connected to the API server"
 
 
 def cache_unusable(state: ServerState) -> str:
     """Why node names cannot be answered from kpe's cache now ("" when they can): before its
-    first sync every name would be unknown, and after a long cut-off from the API server
-    (--cache-stale-after-s) its nodes and pods may be long gone. Said as an error, the
-    scheduler retries the pod; said as FailedNodes, it would take them as real verdicts."""
+    first sync every name would be unknown, and from a watch break until the cache has caught
+    up again (relisted, or heard from its resumed watch) it may miss any change made meanwhile,
+    a node's new label included. Said as an error, the scheduler retries the pod; said as
+    FailedNodes, it would take them as real verdicts. --cache-stale-after-s 0 answers from
+    whatever the cache holds, connected or not."""
     cache = state.cache
     assert cache is not None
     why = f" (last error: {cache.last_error})" if cache.last_error else ""
     if not cache.synced.is_set():
         return NOT_SYNCED + why
-    limit = state.settings.cache_stale_after_s
-    stale = cache.stale_seconds() if limit > 0 else 0.0
-    if stale > limit:
+    if state.settings.cache_stale_after_s <= 0:
+        return ""
+    lost = cache.disconnection()
+    if lost is not None:
+        seconds, reason = lost
         return (
-            f"kpe's node and pod cache has heard nothing from the API server for {stale:.0f} s "
-            f"(over --cache-stale-after-s {limit:g}){why}; not answering from it"
+            f"{NOT_CONNECTED} for {seconds:.0f} s ({reason}){why}; not answering node names from it "
+            "until it has caught up (its /readyz says when)"
         )
     return ""
 

@@ -241,16 +241,23 @@ class ControlPlane:
         return self
 
     def start_apiserver(self) -> None:
+        """Start kube-apiserver (again, on the same port over the same etcd) and return once its
+        /readyz answers 200; ``apiserver_started_at`` is when its process was launched."""
+        self.apiserver_started_at = time.monotonic()
         process = start("kube-apiserver", self._apiserver_argv, self.workdir)
         self.processes.append(process)
         wait_until(lambda: _ok(self.url + "/readyz", token=ADMIN_TOKEN) or not process.alive(), 60, "kube-apiserver /readyz")
         if not process.alive():
             raise RuntimeError("kube-apiserver exited:\n" + process.tail())
 
-    def restart_apiserver(self) -> None:
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver as a rollout does (SIGTERM, its graceful shutdown); etcd keeps running."""
         for p in [p for p in self.processes if p.name == "kube-apiserver"]:
             p.stop()
             self.processes.remove(p)
+
+    def restart_apiserver(self) -> None:
+        self.stop_apiserver()
         self.start_apiserver()
 
     def compact(self) -> int:

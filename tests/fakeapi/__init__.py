@@ -23,8 +23,9 @@ and (optionally) a mutating admission webhook call on pod CREATE.
 - versions: ``resource_version``, ``compact(rv=None)``;
 - watches: ``wait_for_watches(n, resource)``, ``watch_count()``, ``send_bookmarks()``, ``end_watches()``
   (clean end, as timeoutSeconds), ``drop_watches()`` (broken connection);
-- faults: ``fail_next(n, status, method=, path=)``, ``refuse_binding(ns, name, message=None, times=1)``,
-  ``token`` (require a bearer token);
+- faults: ``fail_next(n, status, method=, path=)``, ``cut_next(n, method=, path=)`` (half an answer, then the
+  connection breaks), ``clear_faults()``, ``refuse_binding(ns, name, message=None, times=1)``, ``token`` (require a
+  bearer token); ``api.stop()`` then ``api.start()`` restarts the server on the same port with the same cluster;
 - races: ``before_next(change, method=, path=)`` (another client's write lands just before that request);
 - log: ``requests`` / ``requests_to(method, path_prefix)`` (method, path, query, headers, body, ``.json()``);
 - admission: ``add_mutating_webhook(name, url, verify=..., failure_policy="Fail")`` (each hook's ``reviews``).

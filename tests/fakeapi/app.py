@@ -84,13 +84,16 @@ class FakeApiApp:
         try:
             if self.state.token and headers.get("authorization") != f"Bearer {self.state.token}":
                 raise ApiError(generic(401))
-            fault = self.state.take_fault(req.method, req.path)
+            fault = self.state.take_fault(req.method, req.path, watching=query.get("watch", "") in ("1", "t", "T", "TRUE", "true", "True"))
             if fault is not None:
                 extra = {"retry-after": "1"} if fault.get("code") in (429, 503) else None
                 raise ApiError(fault, extra)
             change = self.state.take_interlude(req.method, req.path)
             if change is not None:
                 change(self.state)
+            if self.state.take_cut(req.method, req.path):
+                await self._cut(req, receive, send)
+                return
             answer = await self._route(req, receive, send)
             if answer is None:  # streamed
                 return
@@ -100,6 +103,22 @@ class FakeApiApp:
             await self._respond(send, code, obj, pretty, exc.headers)
             return
         await self._respond(send, code, obj, pretty)
+
+    async def _cut(self, req: Request, receive: Any, send: Any) -> None:
+        """Serve the request, then send half its answer and break the connection (``State.cut_next``)."""
+        if go_bool(req.query.get("watch", "")):
+            await send({"type": "http.response.start", "status": 200, "headers": _headers()})
+            await send({"type": "http.response.body", "body": b'{"type":"ADDED","object":{"kind":', "more_body": True})
+            raise _Dropped("watch cut by the test")
+        try:
+            answer = await self._route(req, receive, send)
+        except ApiError as exc:
+            answer = exc.code, exc.status
+        assert answer is not None
+        data = dumps(canonical(answer[1]) if "kind" in answer[1] else answer[1])
+        await send({"type": "http.response.start", "status": answer[0], "headers": _headers(extra={"content-length": str(len(data))})})
+        await send({"type": "http.response.body", "body": data[: len(data) // 2], "more_body": True})
+        raise _Dropped("answer cut by the test")
 
     async def _respond(self, send: Any, code: int, obj: Obj, pretty: bool, extra: dict[str, str] | None = None) -> None:
         data = dumps(canonical(obj) if "kind" in obj else obj, pretty=pretty)

@@ -57,6 +57,7 @@ class Fault:
     path: str | None
     message: str | None
     body: Obj | None
+    watch: bool | None = None  # only watch requests (True), only others (False), or both
 
 
 @dataclass

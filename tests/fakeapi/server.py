@@ -33,8 +33,12 @@ class FakeApiServer:
         self.url = ""
 
     def start(self, timeout: float = 10.0) -> FakeApiServer:
+        """Serve; after a ``stop``, again on the same port with the same cluster (a restarted API server)."""
         if self._thread is not None:
             raise RuntimeError("already started")
+        if self.url:
+            self.config.port = int(self.url.rsplit(":", 1)[1])
+            self._server = uvicorn.Server(self.config)
         self._thread = threading.Thread(target=lambda: asyncio.run(self._server.serve()), name="fake-kube-apiserver", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
@@ -50,7 +54,8 @@ class FakeApiServer:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        """End open watches cleanly, then shut uvicorn down and join its thread."""
+        """End open watches cleanly, then shut uvicorn down and join its thread; until ``start``
+        again, connections to its port are refused."""
         if self._thread is None:
             return
         self.state.end_watches()
@@ -75,7 +80,7 @@ class FakeApiServer:
 
     def write_kubeconfig(self, path: str | os.PathLike[str], *, namespace: str = "default", token: str | None = None,
                          ca_file: str | None = None, require_token: bool = True) -> str:
-        """Write a kubeconfig pointing at this server (for kr8s / kpe's --kubeconfig); returns its path.
+        """Write a kubeconfig pointing at this server (for kpe's --kubeconfig); returns its path.
         With ``token`` the server also starts requiring "Authorization: Bearer <token>" (401 otherwise), unless
         ``require_token`` is False: then the token only tells clients apart in ``requests`` (as replicas that
         each mount their own service-account token)."""

@@ -52,6 +52,7 @@ class State:
         self._log: list[Change] = []
         self._watchers: set[Watcher] = set()
         self._faults: list[Fault] = []
+        self._cuts: list[Fault] = []
         self._interludes: list[Interlude] = []
         self._refusals: dict[Key, list[str]] = {}
 
@@ -390,21 +391,41 @@ class State:
     # ------------------------------------------------------------ faults, log
 
     def fail_next(self, n: int = 1, status: int = 500, *, method: str | None = None, path: str | None = None,
-                  message: str | None = None, body: Obj | None = None) -> None:
-        """Answer the next ``n`` requests (optionally only those with this method / path prefix) with HTTP
-        ``status`` and a Status body like the real server's for that code (429/503 add Retry-After: 1)."""
+                  message: str | None = None, body: Obj | None = None, watch: bool | None = None) -> None:
+        """Answer the next ``n`` requests (optionally only those with this method / path prefix, and only
+        watches with ``watch=True`` or only other requests with ``watch=False``) with HTTP ``status`` and a
+        Status body like the real server's for that code (429/503 add Retry-After: 1)."""
         with self.lock:
-            self._faults.append(Fault(n, status, method, path, message, body))
+            self._faults.append(Fault(n, status, method, path, message, body, watch))
+
+    def cut_next(self, n: int = 1, *, method: str | None = None, path: str | None = None) -> None:
+        """Answer the next ``n`` requests (optionally only those with this method / path prefix) with half an
+        answer: the request is served (a write lands), then the status line, the headers with the whole body's
+        Content-Length and half the body are sent, and the connection closes, as a server dying mid-answer does.
+        A watch gets its 200 and half an event."""
+        with self.lock:
+            self._cuts.append(Fault(n, 200, method, path, None, None))
+
+    def take_cut(self, method: str, path: str) -> bool:
+        with self.lock:
+            for f in self._cuts:
+                if f.remaining > 0 and (f.method is None or f.method == method) and (f.path is None or path.startswith(f.path)):
+                    f.remaining -= 1
+                    return True
+            self._cuts = [f for f in self._cuts if f.remaining > 0]
+        return False
 
     def clear_faults(self) -> None:
-        """Forget every scripted fault not yet used up: the outage is over."""
+        """Forget every scripted fault (and cut) not yet used up: the outage is over."""
         with self.lock:
             self._faults = []
+            self._cuts = []
 
-    def take_fault(self, method: str, path: str) -> Obj | None:
+    def take_fault(self, method: str, path: str, *, watching: bool = False) -> Obj | None:
         with self.lock:
             for f in self._faults:
-                if f.remaining > 0 and (f.method is None or f.method == method) and (f.path is None or path.startswith(f.path)):
+                if f.remaining > 0 and (f.method is None or f.method == method) and (f.path is None or path.startswith(f.path)) \
+                        and (f.watch is None or f.watch == watching):
                     f.remaining -= 1
                     return f.body or generic(f.code, f.message)
             self._faults = [f for f in self._faults if f.remaining > 0]
