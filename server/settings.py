@@ -85,7 +85,7 @@ class Settings:
             "depend on kpe; keep the admission webhook's namespaceSelector in step); empty: none",
         },
     )
-    max_body_bytes: int = field(default=64 * 1024 * 1024, metadata={"group": "limits and timeouts", "help": "largest request body accepted (sized for 5,000 whole nodes)"})
+    max_body_bytes: int = field(default=64 * 1024 * 1024, metadata={"group": "limits and timeouts", "help": "largest request body read (sized for 5,000 whole nodes; one is parsed only if it fits --body-memory-bytes)"})
     reload_debounce_ms: int = field(default=300, metadata={"group": "policies", "help": "wait this long after the last policy file change before reloading"})
     allow_empty_policies: bool = field(
         default=False,
@@ -162,6 +162,16 @@ class Settings:
             "with filters, scores or preemption matches the pod and the pod left the choice to the cluster (no schedulerName, or "
             "default-scheduler), never overriding another; a pod created while the webhook is unreachable keeps the default one; "
             "empty: pods keep the scheduler they name",
+        },
+    )
+    body_memory_bytes: int = field(
+        default=512 * 1024 * 1024,
+        metadata={
+            "group": "limits and timeouts",
+            "help": "the most memory the request bodies being parsed and answered may take at once, as estimated before parsing "
+            "(their bytes and the values parsing makes, docs/operations.md): a body that would go over waits up to --body-timeout-s "
+            "for others to be answered, then gets a 503 to retry; one that alone would go over gets a 413 (the default leaves the "
+            "rest of the Deployment's 1 GiB to kpe itself and the cache of 5,000 nodes and 150,000 pods)",
         },
     )
 

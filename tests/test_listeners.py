@@ -192,6 +192,90 @@ def test_headers_that_grow_past_the_limit_get_a_json_431_and_the_connection_is_c
             assert served.startswith(b"HTTP/1.1 200 OK\r\n") and b'"NodeNames":null' in served
 
 
+def test_a_head_over_the_limit_gets_a_431_on_every_listener_however_it_arrives() -> None:
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0, webhook_port=_free(), introspection_port=_free(), health_port=_free())
+    paths = {"scheduler": "/scheduler/filter", "webhook": "/admission/pods", "introspection": "/apis/v1/policies", "health": "/healthz"}
+    padding = b"\r\nX-Padding: " + b"a" * 64 * 1024
+    with running(create_app(settings), settings) as urls:
+        for surface, path in paths.items():
+            for _ in range(10):
+                whole = raw(urls[surface])  # the whole head in one write, so most often in one read
+                whole.sendall(f"GET {path} HTTP/1.1\r\nHost: kpe".encode() + padding + b"\r\n\r\n")
+                refused = answer(whole)
+                assert refused.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), (surface, refused[:60])
+                assert refused.endswith(b'{"Error":"request headers over 16384 bytes"}') and closed_by_server(whole, within=3)
+            # Behind a request that fits, in the same write: that one is answered, then the 431.
+            pipelined = raw(urls[surface])
+            pipelined.sendall(request(path) + f"GET {path} HTTP/1.1\r\nHost: kpe".encode() + padding + b"\r\n\r\n")
+            first, refusal, after = until_closed(pipelined).partition(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+            assert first.startswith(b"HTTP/1.1 ") and refusal and after.endswith(b'{"Error":"request headers over 16384 bytes"}'), surface
+
+
+def until_closed(sock: socket.socket) -> bytes:
+    """Everything ``sock`` receives until the server closes it."""
+    sock.settimeout(5)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_requests_cut_anywhere_or_sent_together_are_served() -> None:
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0)
+    body = orjson.dumps(FILTER)
+    post = b"POST /scheduler/filter HTTP/1.1\r\nHost: kpe\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
+    with running(create_app(settings), settings) as urls:
+        cut = raw(urls["scheduler"])
+        for piece in (post + b"\r\n\r", b"\n" + body[:5], body[5:]):  # the blank line between two reads
+            cut.sendall(piece)
+            time.sleep(0.1)
+        assert b'"NodeNames":null' in answer(cut)
+        # A chunked body, then a request behind it in the same write, twice on one connection.
+        chunked = raw(urls["scheduler"])
+        head = b"POST /scheduler/filter HTTP/1.1\r\nHost: kpe\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i : i + 7]), body[i : i + 7]) for i in range(0, len(body), 7)) + b"0\r\n\r\n"
+        chunked.sendall((head + chunks + request()) * 2)
+        received = until_closed_or(chunked, responses=4)
+        assert received.count(b"HTTP/1.1 200 OK\r\n") == 4 and received.count(b'"NodeNames":null') == 2
+
+
+def until_closed_or(sock: socket.socket, *, responses: int) -> bytes:
+    """What ``sock`` receives until ``responses`` answers have come whole, or it is closed."""
+    sock.settimeout(5)
+    data = b""
+    while data.count(b"HTTP/1.1 ") < responses or not data.endswith((b"}", b"ok")):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def client_hello() -> bytes:
+    """The first flight of a TLS client, as it would send it."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="kpe")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_a_tls_handshake_that_does_not_finish_is_closed_after_the_header_timeout(tmp_path: Path) -> None:
+    serving = trustme.CA()
+    cert, key = files(tmp_path, serving, "kpe")
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0, tls_cert=cert, tls_key=key, header_timeout_s=0.3)
+    with running(create_app(settings), settings) as urls:
+        silent = raw(urls["scheduler"])  # connects and says nothing
+        partial = raw(urls["scheduler"])
+        hello = client_hello()
+        partial.sendall(hello[: len(hello) // 2])  # and never the rest of its ClientHello
+        assert closed_by_server(silent, within=3) and closed_by_server(partial, within=3)
+        with client(serving) as anyone:  # a handshake that finishes is served as ever
+            assert anyone.get(urls["scheduler"] + "/healthz").text == "ok"
+            time.sleep(0.6)  # idle past the header timeout on a kept-alive connection
+            assert anyone.get(urls["scheduler"] + "/healthz").text == "ok"
+
+
 def test_a_body_that_does_not_arrive_in_time_gets_a_json_408() -> None:
     settings = Settings(policies=str(POLICIES), cluster="off", port=0, body_timeout_s=0.3)
     with running(create_app(settings), settings) as urls:

@@ -54,7 +54,7 @@ def test_a_large_body_of_tiny_values_is_refused_before_parsing_and_a_real_one_of
         assert refused.status_code == 413
         message = refused.json()["Error"]
         assert message.startswith(f"request body of {len(tiny):,} bytes holds ")
-        assert message.endswith("kpe parses at most 12 times): no kube-scheduler or API server request is shaped like that")
+        assert message.endswith("kpe parses at most 20 times): no kube-scheduler or API server request is shaped like that")
 
 
 def slow_app(tmp_path: Path, *, failure: str, deadline: float) -> Any:

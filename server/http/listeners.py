@@ -51,6 +51,8 @@ SHUTDOWN_TIMEOUT_S = 5
 # A request's line and headers, at most: kube-scheduler's and the API server's are a few hundred
 # bytes. The same bound uvicorn gives h11 (h11_max_incomplete_event_size).
 MAX_HEADER_BYTES = 16 * 1024
+# How long a refused connection is read from, after its answer, before it is closed.
+LINGER_S = 2.0
 
 
 def surface_of(path: str, prefix: str) -> str:
@@ -162,50 +164,181 @@ class CoalescedWrites:
         return getattr(self._transport, name)
 
 
+class _Handshaken(asyncio.Protocol):
+    """What a TLS connection says between the end of its handshake and kpe's protocol taking it
+    over (asyncio may hand it on in the same step as the handshake's last bytes), given to
+    that protocol when it does, in order."""
+
+    def __init__(self) -> None:
+        self.protocol: asyncio.Protocol | None = None
+        self.said: list[bytes] = []
+        self.lost: tuple[Exception | None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.protocol is not None:
+            self.protocol.data_received(data)
+        else:
+            self.said.append(data)
+
+    def eof_received(self) -> bool | None:
+        return self.protocol.eof_received() if self.protocol is not None else None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.protocol is not None:
+            self.protocol.connection_lost(exc)
+        else:
+            self.lost = (exc,)
+
+    def hand_over(self, protocol: asyncio.Protocol) -> None:
+        self.protocol = protocol
+        for data in self.said:
+            protocol.data_received(data)
+        self.said.clear()
+        if self.lost is not None:
+            protocol.connection_lost(self.lost[0])
+
+
 class GuardedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with limits on how long a request's headers may take
-    to arrive (from the connection's start or the end of the previous response) and on
-    how large they may grow, and each response written at once (``CoalescedWrites``)."""
+    """uvicorn's httptools protocol with limits on how long a TLS handshake and then a
+    request's head may take to arrive (from the connection's start or the end of the previous
+    response) and on how large a head may grow, and each response written at once
+    (``CoalescedWrites``).
+
+    Every byte of a head is counted before the parser sees it, however the head arrives:
+    a read is cut where its head ends (at its blank line), and what follows is a body whose
+    length the head gave, or the next head. A 64 KiB head in one read used to go through,
+    since only reads that completed no head were counted. Only after a chunked body, whose end
+    only the parser finds, is a head counted after it is parsed, and then counted high (with
+    the framing of the chunks in the same read).
+
+    The TLS handshake is made here, not in asyncio's server: there it has 60 s, whatever
+    uvicorn is told, and a client that never finishes it would hold its connection that long.
+    """
 
     header_timeout: float = 10.0
     max_header_bytes: int = MAX_HEADER_BYTES
+    tls: ssl.SSLContext | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._head: int | None = 0  # bytes of the coming request's head so far; None: its body
+        self._tail = b""  # the last bytes of the head so far, for a blank line cut between reads
+        self._body_left: int | None = 0  # bytes of the body still to come; None: chunked
+        self._body_seen = 0  # body bytes given to the application, ever
+        self._completed = 0  # requests read whole, ever
+        self._refusal: bytes | None = None  # a refusal waiting for the response in progress
+        self._handshake: asyncio.Task[None] | None = None
+        if self.tls is None:
+            self._serve(transport)
+            return
+        transport.pause_reading()  # the ClientHello is for start_tls, a step later
+        self.connections.add(self)  # uvicorn's shutdown ends the handshake too
+        self._handshake = self.loop.create_task(self._start_tls(transport, self.tls))
+
+    async def _start_tls(self, transport: asyncio.Transport, context: ssl.SSLContext) -> None:
+        early = _Handshaken()
+        try:
+            tls = await self.loop.start_tls(transport, early, context, server_side=True, ssl_handshake_timeout=self.header_timeout)
+        except OSError:  # too slow (ConnectionAbortedError), refused (ssl.SSLError) or gone
+            self.connections.discard(self)
+            return
+        except asyncio.CancelledError:
+            self.connections.discard(self)
+            raise
+        if tls is None:  # gone as the handshake ended
+            self.connections.discard(self)
+            return
+        tls.set_protocol(self)
+        self._serve(tls)
+        early.hand_over(self)
+
+    def _serve(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         self.transport = CoalescedWrites(transport, self.loop)  # type: ignore[assignment]
-        self._header_timer: asyncio.TimerHandle | None = None
-        self._header_bytes: int | None = 0  # bytes of the coming request's head so far; None: its body
-        self._heads = 0  # heads completed on this connection
         self._arm()
 
-    def data_received(self, data: bytes) -> None:
-        if self._header_timer is None and self._header_bytes is not None and (self.cycle is None or self.cycle.response_complete):
-            self._arm()  # the first bytes of the next request on a kept-alive connection
-        heads, in_head = self._heads, self._header_bytes is not None
-        super().data_received(data)
-        # Counted after parsing, and only for chunks that began in a head and completed none: a
-        # head is never refused for the body bytes beside it in a chunk (the one that ends a
-        # large body is often larger than the limit), and httptools holds at most one chunk of
-        # an unfinished header.
-        if in_head and heads == self._heads and self._header_bytes is not None:
-            self._header_bytes += len(data)
-            if self._header_bytes > self.max_header_bytes and not self.transport.is_closing():
-                self._disarm()
-                self._refuse(431, f"request headers over {self.max_header_bytes} bytes")
+    def shutdown(self) -> None:
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.cancel()
+            return
+        super().shutdown()
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._header_bytes = 0
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None or self.transport.is_closing():
+            return
+        if self._header_timer is None and self._head is not None and (self.cycle is None or self.cycle.response_complete):
+            self._arm()  # the first bytes of the next request on a kept-alive connection
+        rest: bytes | memoryview = data  # a view once cut: a body is not copied to be fed
+        while rest:
+            piece: bytes | memoryview
+            chunked = False
+            if self._head is not None:
+                head = rest if isinstance(rest, bytes) else bytes(rest)  # a head behind a body in one read
+                end = self._head_end(head)
+                if self._head + end > self.max_header_bytes:
+                    self._refuse(431, f"request headers over {self.max_header_bytes} bytes")
+                    return
+                self._head += end
+                self._tail = (self._tail + head[max(0, end - 3) : end])[-3:]
+                piece, rest = (head, b"") if end == len(head) else (head[:end], memoryview(head)[end:])
+            elif not self._body_left:  # chunked, or a body whose length was lost track of (below)
+                chunked = True
+                piece, rest = rest, b""
+            else:
+                end = min(self._body_left, len(rest))
+                self._body_left -= end
+                piece, rest = (rest, b"") if end == len(rest) else (rest[:end], memoryview(rest)[end:])
+            seen, completed = self._body_seen, self._completed
+            super().data_received(piece)  # type: ignore[arg-type]  # httptools reads any buffer
+            if self.transport.is_closing() or self.parser is None or self.parser.should_upgrade():
+                return
+            if chunked and self._completed != completed:
+                # What came after the body in this read is a head of unknown length: at most
+                # what was not body. A head that ended in it too has a body of which an unknown
+                # part came with it: fed whole, as this one was.
+                after = len(piece) - (self._body_seen - seen)
+                if after > self.max_header_bytes:
+                    self._refuse(431, f"request headers over {self.max_header_bytes} bytes")
+                    return
+                if self._head is not None:
+                    self._head, self._tail = after, bytes(piece[-3:])
+                else:
+                    self._body_left = None
+
+    def _head_end(self, data: bytes) -> int:
+        """How many bytes of ``data`` the head takes: up to its blank line, or all of them."""
+        joined = self._tail + data[:3]
+        found = joined.find(b"\r\n\r\n")
+        if found >= 0:
+            return found + 4 - len(self._tail)
+        found = data.find(b"\r\n\r\n")
+        return found + 4 if found >= 0 else len(data)
 
     def on_headers_complete(self) -> None:
-        self._header_bytes = None  # the body has its own limits
-        self._heads += 1
+        self._head, self._tail = None, b""  # the body has its own limits
+        self._body_left = 0
+        for name, value in self.headers:
+            if name == b"transfer-encoding":
+                self._body_left = None
+                break
+            if name == b"content-length":
+                self._body_left = int(value)  # llhttp has checked it
         self._disarm()
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        self._body_seen += len(body)
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._header_bytes = 0
+        self._head, self._body_left = 0, 0
+        self._completed += 1
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._refusal is not None and not self.transport.is_closing():
+            self._send_refusal()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -227,14 +360,34 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` and close; after the response in progress, if one is (a request
+        sent ahead of this head on the same connection)."""
+        self._disarm()
         body = orjson.dumps({"Error": message})
         head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
-        self.transport.write(head.encode("latin-1") + body)
-        self.transport.close()
+        self._refusal = head.encode("latin-1") + body
+        if self.cycle is None or self.cycle.response_complete:
+            self._send_refusal()
+        else:
+            self.flow.pause_reading()
+
+    def _send_refusal(self) -> None:
+        assert self._refusal is not None
+        self.transport.write(self._refusal)
+        if not self.transport.can_write_eof():  # TLS: its close flushes and says goodbye
+            self.transport.close()
+            return
+        # Closed with the rest of the refused head unread, the kernel would reset the connection
+        # and the client could lose the answer with it: the rest is read and dropped a while.
+        transport: CoalescedWrites = self.transport  # type: ignore[assignment]
+        transport.flush()
+        transport.write_eof()
+        self.flow.resume_reading()
+        self.loop.call_later(LINGER_S, transport.close)
 
 
-def protocol_class(settings: Settings) -> type[GuardedHttpProtocol]:
-    return type("KpeHttpProtocol", (GuardedHttpProtocol,), {"header_timeout": settings.header_timeout_s})
+def protocol_class(settings: Settings, tls: ssl.SSLContext | None = None) -> type[GuardedHttpProtocol]:
+    return type("KpeHttpProtocol", (GuardedHttpProtocol,), {"header_timeout": settings.header_timeout_s, "tls": tls})
 
 
 def config(app: Any, settings: Settings, listener: Listener, *, lifespan: bool) -> uvicorn.Config:
@@ -306,6 +459,11 @@ class Listeners:
         ]
         for server in self.servers:
             server.config.load()  # every TLS context exists before the lifespan starts the certificate watch
+            if server.config.ssl is not None:
+                # uvicorn's context (the one the certificate reloads), used by kpe's protocol,
+                # which times the handshake: asyncio's server would give it 60 s.
+                server.config.http_protocol_class = protocol_class(settings, tls=server.config.ssl)
+                server.config.ssl = None
 
     def urls(self) -> dict[str, str]:
         """Surface -> base URL (with the port the OS chose for a port 0)."""

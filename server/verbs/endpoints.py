@@ -7,7 +7,8 @@ objects, kpe's own request-id and surface middleware) took more CPU than the
 decision itself on an equivalence-cache hit. ``VerbDispatch`` sits first in the
 stack and serves those POSTs itself, with the same behaviour: the surface check
 (a JSON 404 on another surface's listener), the request id, the body limits
-(413 over ``--max-body-bytes``, 408 past ``--body-timeout-s``), JSON errors
+(413 over ``--max-body-bytes``, 408 past ``--body-timeout-s``, 413 or 503 over
+``--body-memory-bytes``), JSON errors
 (400 for bad input, 500 for a bug), and the verb's metrics. Everything else,
 including other methods on the verb paths (405), goes on to Starlette.
 """
@@ -25,7 +26,7 @@ import orjson
 
 from engine.decisions.deadline import Deadline
 
-from server.http.responses import ClientGone, HTTPProblem, read_body
+from server.http.responses import ClientGone, HTTPProblem, admit, bodies_in_flight, read_body, release
 from server.verbs.answer import Answer, Handler
 from server.verbs.binding import handle_admit, handle_bind, handle_preempt
 from server.verbs.handlers import handle_filter, handle_prioritize
@@ -74,16 +75,21 @@ class VerbDispatch:
         # 0.98-1.11 ms with the collector running, 0.58-0.62 ms paused.
         collecting = gc.isenabled()
         gc.disable()
+        # The body is held among the bodies in flight until its answer is out, not only while
+        # it is parsed: an answer may hold what was parsed (a filter's whole nodes).
+        in_flight, held = bodies_in_flight(scope["app"]), 0
         try:
             settings = state.settings
             start = time.perf_counter()
             deadline = Deadline.after(settings.request_deadline_s, start=start)
             try:
-                answer = await handler(await read_body(receive, declared, settings.max_body_bytes, settings.body_timeout_s), deadline, state)
+                raw = await read_body(receive, declared, settings.max_body_bytes, settings.body_timeout_s)
+                held = await admit(in_flight, raw, settings.body_timeout_s)
+                answer = await handler(raw, deadline, state)
             except ClientGone:
                 return
             except HTTPProblem as exc:
-                answer = Answer({"Error": exc.message}, exc.status)
+                answer = Answer({"Error": exc.message}, exc.status, headers=exc.headers)
             except WireError as exc:
                 answer = Answer({"Error": f"invalid {name} request: {exc}"}, 400)
             except Exception as exc:
@@ -100,6 +106,8 @@ class VerbDispatch:
                     # callback queued before), and before any other request is read.
                     asyncio.get_running_loop().call_soon(_after, name, answer.after)
         finally:
+            if held:
+                release(in_flight, held)
             request_id.reset(token)
             if collecting:
                 gc.enable()
