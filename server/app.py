@@ -171,7 +171,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         else:
             from server.cluster.cache import ClusterCache
 
-            state.client.measure(state.metrics.registry)
+            state.client.measure(state.metrics.kube_api_requests)
             state.cache = ClusterCache(state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s, policies=store)
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
             tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))

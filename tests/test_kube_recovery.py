@@ -117,7 +117,7 @@ def test_the_cache_and_the_lease_recover_by_themselves_from_a_restart_with_refus
     async def body() -> None:
         client = await KubeClient.connect(kubeconfig=config, required=True)
         assert client is not None
-        client.measure(metrics.registry)
+        client.measure(metrics.kube_api_requests)
         # The shipped cap on the backoff: recovery must follow the API server, not wait it out.
         cache = ClusterCache(client, metrics=metrics, backoff_max=30.0)
         elector = LeaderElector(client, namespace="kpe-system", name="kpe", identity="kpe-a", lease_duration_s=1.5)

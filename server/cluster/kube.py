@@ -57,7 +57,7 @@ from server.cluster.apierrors import answer_error
 from server.cluster.watchstream import WatchStream
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry, Counter
+    from prometheus_client import Counter
 
 log = logging.getLogger("kpe.kube")
 
@@ -457,16 +457,9 @@ class KubeClient:
     def server(self) -> str:
         return self._session.credentials.server
 
-    def measure(self, registry: CollectorRegistry) -> None:
-        """Count this client's requests by method and answer in ``registry`` (kpe_kube_api_requests_total)."""
-        from prometheus_client import Counter
-
-        self._counter = Counter(
-            "kpe_kube_api_requests_total",
-            "Requests kpe made to the Kubernetes API server, by method (WATCH for watches) and code: the HTTP status, "
-            "or Unreachable, Timeout, ConnectionLost when no whole answer came",
-            ["method", "code"], registry=registry,
-        )
+    def measure(self, counter: Counter) -> None:
+        """Count this client's requests by method and answer in ``counter`` (kpe_kube_api_requests_total)."""
+        self._counter = counter
 
     def _count(self, method: str, code: str) -> None:
         if self._counter is not None:

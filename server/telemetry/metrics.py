@@ -58,6 +58,12 @@ class Metrics:
         self.cache_lag = Gauge("kpe_cache_lag_seconds", "Seconds since the last word (event or bookmark) from the API server", ["kind"], registry=r)
         self.unknown_nodes = Counter("kpe_unknown_nodes_total", "Node names the cache did not know", ["verb"], registry=r)
         self.unknown_victims = Counter("kpe_unknown_victims_total", "Victim UIDs the pod cache did not know", registry=r)
+        self.kube_api_requests = Counter(
+            "kpe_kube_api_requests_total",
+            "Requests kpe made to the Kubernetes API server, by method (WATCH for watches) and code: the HTTP status, "
+            "or Unreachable, Timeout, ConnectionLost when no whole answer came",
+            ["method", "code"], registry=r,
+        )
         self.admission_reviews = Counter(
             "kpe_admission_reviews_total", "AdmissionReviews by result (gated, allowed, skipped, invalid, failed)", ["result"], registry=r
         )
