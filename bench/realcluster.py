@@ -188,14 +188,15 @@ def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, 
     return kpe, time.monotonic() - t0
 
 
-def scheduler_config(plane: ControlPlane, url: str | None, *, node_cache_capable: bool = True, drop_preempt: bool = False) -> dict[str, Any]:
+def scheduler_config(plane: ControlPlane, url: str | None, *, node_cache_capable: bool = True, drop_preempt: bool = False,
+                     policies: Path = POLICIES) -> dict[str, Any]:
     """kube-scheduler's configuration: ``kpe scheduler-config`` for an extender at ``url`` (None: no extender),
     with leader election off."""
     if url is None:
         config: dict[str, Any] = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
                                   "clientConnection": {"kubeconfig": str(plane.kubeconfig)}}
     else:
-        argv = [kpe_executable(), "scheduler-config", "--policies", str(POLICIES), "--url", url, "--kubeconfig", str(plane.kubeconfig),
+        argv = [kpe_executable(), "scheduler-config", "--policies", str(policies), "--url", url, "--kubeconfig", str(plane.kubeconfig),
                 "--node-cache-capable" if node_cache_capable else "--no-node-cache-capable"]
         config = yaml.safe_load(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
         if drop_preempt:

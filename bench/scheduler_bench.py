@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shutil
 import statistics
 import sys
 import tempfile
@@ -56,6 +57,21 @@ NAMESPACE = "batch"  # bin-packing scores pods here
 FLOORS = {"floor": "h11", "floor-httptools": "httptools"}
 
 
+
+# With --caps: at most 3 pods of an app and 6 of a team on a node, counted from nodeInfo.
+CAPS = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: per-node-caps}
+spec:
+  match: {podSelector: {matchExpressions: [{key: app, operator: Exists}]}}
+  filters:
+  - name: app
+    expression: "nodeInfo.pods.filter(p, p.metadata.?labels[?'app'].orValue('') == pod.metadata.labels['app']).size() < 3"
+    message: three pods of this app run here already
+  - name: team
+    expression: "!has(pod.metadata.labels.team) || nodeInfo.pods.filter(p, p.metadata.?labels[?'team'].orValue('') == pod.metadata.labels['team']).size() < 6"
+    message: six pods of this team run here already
+"""
 
 # Four "Deployments": what the shipped policies read differs between them (team, zone label).
 TEMPLATES = [
@@ -177,6 +193,9 @@ def main() -> int:
     ap.add_argument("--also-source", action="append", default=[], metavar="DIR",
                     help="also run the kpe of another source tree (e.g. `git archive COMMIT | tar -x -C DIR`) as a setup of its "
                          "own, 'kpe (DIR's name)', alternating with the others: a before and after in the same run; repeatable")
+    ap.add_argument("--caps", action="store_true",
+                    help="kpe serves the shipped policies and per-node caps that count pods on a node (nodeInfo), so every "
+                         "filter counts the pods in flight")
     args = ap.parse_args()
     rc.skip_without_binaries()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -197,6 +216,13 @@ def main() -> int:
         _, t_nodes = rc.create_nodes(plane, args.nodes)
         print(f"control plane up; {args.nodes} nodes created in {t_nodes:.1f} s", flush=True)
         (workdir / "floor_app.py").write_text(FLOOR_APP)
+        policies = rc.POLICIES
+        if args.caps:
+            policies = workdir / "policies"
+            policies.mkdir()
+            for shipped in rc.POLICIES.glob("*.yaml"):
+                shutil.copy(shipped, policies / shipped.name)
+            (policies / "per-node-caps.yaml").write_text(CAPS)
         floors: dict[str, tuple[rc.Process, int]] = {}
         for setup in setups:
             if setup in FLOORS:
@@ -218,8 +244,8 @@ def main() -> int:
                     elif setup in FLOORS:
                         config = rc.scheduler_config(plane, f"http://127.0.0.1:{floors[setup][1]}/scheduler", node_cache_capable=names, drop_preempt=True)
                     else:
-                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=sources[setup])
-                        config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names)
+                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=sources[setup], policies=policies)
+                        config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names, policies=policies)
                     if args.scheduler_qps > 0:
                         config["clientConnection"].update(qps=args.scheduler_qps, burst=int(args.scheduler_qps))
                     cpu: dict[str, float] = {}

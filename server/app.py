@@ -23,6 +23,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.policy.compiler import CostLimits
+from engine.cluster.inflight import InFlight
 from engine.equivalence.classes import EquivalenceCache
 
 from server.introspection import endpoints as introspection
@@ -37,6 +38,7 @@ from server.reservations.endpoint import reservations_endpoint
 from server.settings import NO_POLICIES, Settings, env_name
 from server.state import ServerState
 from server.verbs.endpoints import VerbDispatch, VerbEndpoint
+from server.verbs.wholenodes import WholeNodes
 from server.admission.webhook import handle_admission
 
 
@@ -168,11 +170,14 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
                 "no cluster credentials: serving whole-node requests only; requests with node names "
                 "(nodeCacheCapable: true), victims by UID and bind will be answered with an error"
             )
+            state.whole_nodes = WholeNodes()  # the nodes kube-scheduler sends, for the preempt verb
         else:
             from server.cluster.cache import ClusterCache
 
             state.client.measure(state.metrics.kube_api_requests)
-            state.cache = ClusterCache(state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s, policies=store)
+            state.cache = ClusterCache(
+                state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s, policies=store, in_flight=InFlight(ttl=settings.in_flight_s)
+            )
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
             tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
             controllers = settings.controller_set

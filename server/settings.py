@@ -145,6 +145,15 @@ class Settings:
         },
     )
     relist_backoff_max_s: float = field(default=30.0, metadata={"group": "cluster access and cache", "help": "longest wait between retries when the API server fails"})
+    in_flight_s: float = field(
+        default=30.0,
+        metadata={
+            "group": "cluster access and cache",
+            "help": "how long a pod kpe's filter passed counts, for filters that read nodeInfo, on every node it passed, until kpe "
+            "sees it bound, failed or deleted (kube-scheduler may have placed it on any of them: docs/policies.md); 0 counts only "
+            "bound pods, which lets a burst of pods past a per-node limit",
+        },
+    )
     cache_stale_after_s: float = field(
         default=60.0,
         metadata={
@@ -201,6 +210,8 @@ class Settings:
         for name in ("keep_alive_s", "header_timeout_s", "body_timeout_s", "request_deadline_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be positive")
+        if self.in_flight_s < 0:
+            problems.append("--in-flight-s must be 0 (off) or more")
         if not self.policies:
             problems.append(NO_POLICIES)
         unknown = sorted(self.controller_set - set(CONTROLLERS))

@@ -18,11 +18,13 @@ from server.settings import Settings
 from server.telemetry.decisionlog import DecisionLog
 from server.telemetry.metrics import Metrics
 from server.verbs.lookahead import Lookahead
+from server.verbs.vetoes import VetoEvents
 
 if TYPE_CHECKING:
     from server.cluster.cache import ClusterCache
     from server.cluster.kube import KubeClient
     from server.http.certificate import ServingCertificate
+    from server.verbs.wholenodes import WholeNodes
 
 
 # What one surface reads of another's controller, as the surfaces see it: the controllers
@@ -85,6 +87,7 @@ class ServerState:
     gates: Gates | None = None
     elector: Any = None  # LeaderElector when the gate controller runs
     equivalence: EquivalenceCache = field(default_factory=EquivalenceCache)
+    in_flight_counting: tuple[Any, Any] | None = None  # (policy set, what counting pods in flight takes under it): server.verbs.inflight
     certificate: ServingCertificate | None = None  # with --tls-cert: reloaded when its files change
     surfaces_by_port: dict[int, frozenset[str]] = field(default_factory=dict)  # see server.http.listeners.SurfaceGuard
     worker: Worker = field(default_factory=Worker)  # runs the decisions off the event loop
@@ -95,6 +98,8 @@ class ServerState:
     requeue: Requeue | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
     reservations: Slots | None = None  # with the gate controller: placeholders of the reservations' free slots
     lookahead: Lookahead = field(init=False)  # the prioritize expected after the last filter (server.verbs.lookahead)
+    whole_nodes: WholeNodes | None = None  # without cluster access: the nodes filter and prioritize were sent, for preempt
+    vetoes: VetoEvents = field(default_factory=VetoEvents)  # the Events telling pods kpe kept nodes out of their preemption
 
     def __post_init__(self) -> None:
         self.lookahead = Lookahead(count=self.metrics.count_ahead)

@@ -546,7 +546,8 @@ def test_over_http_a_node_or_pod_change_reaches_the_next_answer_and_hits_are_cou
     with FakeApiServer(bookmark_interval=0.2) as api:
         api.state.add_node({"metadata": {"name": "node-a", "labels": {"pool": "ml"}}})
         api.state.add_node({"metadata": {"name": "node-b", "labels": {"pool": "web"}}})
-        settings = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on")
+        # The pods are filtered and never bound: not counted in flight (tests/test_in_flight.py), as once bound.
+        settings = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on", in_flight_s=0)
         with serve(create_app(settings)) as url:
             eventually(lambda: httpx.get(url + "/readyz").status_code == 200)
 
@@ -863,7 +864,8 @@ def kpe_on_pools(tmp_path: Path, count: int, policy: str = POOL_POLICY, **settin
     with FakeApiServer(bookmark_interval=0.2) as api:
         for i in range(count):
             api.state.add_node({"metadata": {"name": f"node-{i}", "labels": {"pool": "ml" if i % 2 else "web"}}})
-        options = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on", **settings)
+        # The pods are filtered and never bound: not counted in flight (tests/test_in_flight.py).
+        options = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on", **{"in_flight_s": 0, **settings})
         with serve(create_app(options)) as url:
             deadline = time.monotonic() + 10
             while httpx.get(url + "/readyz").status_code != 200:

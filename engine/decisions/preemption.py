@@ -16,8 +16,15 @@ candidate only if
    ``Required`` reservation nothing but its placeholders.
 
 A node with no victims is never a candidate. An evaluation error drops the
-node with failurePolicy Fail and is ignored with Ignore. Audit-mode policies
-are evaluated and reported, never applied.
+node with failurePolicy Fail and is ignored with Ignore. So does a node kpe has
+no object of (``nodes`` lacks it: not in kpe's cache, or in whole-node mode not
+sent lately), whose filters cannot be run: a matching Enforce policy with filters
+and failurePolicy Fail drops it, naming itself; with only Ignore ones it is kept
+and ``unchecked`` says why. Audit-mode policies are evaluated and reported, never
+applied.
+
+``veto`` reads a rejection reason back as the ``policy/rule: message`` that caused
+it, for the Event the preempt verb posts and for ``kpe explain pod``.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ class PreemptionResult:
     errors: list[RuleEvent] = field(default_factory=list)
     audit_rejections: list[RuleEvent] = field(default_factory=list)
     rejections: dict[str, int] = field(default_factory=dict)  # "policy/rule" -> candidate nodes it dropped
+    # Candidates kept although their filters could not be checked (kpe does not know the node
+    # and every matching Enforce policy with filters is failurePolicy Ignore), with why.
+    unchecked: dict[str, str] = field(default_factory=dict)
     overdue: int = 0  # candidates decided unevaluated: the request's deadline had passed
 
 
@@ -143,6 +153,24 @@ def preempt(
 AFTER_EVICTIONS = "still rejected with the victims evicted: "
 
 
+def unknown_node(name: str) -> str:
+    """Why a candidate's filters cannot be checked: kpe has no object of the node (its
+    cache has none, or in whole-node mode no recent request carried it)."""
+    return f"kpe does not know node {name}, so its filters cannot be checked after the evictions"
+
+
+def veto(reason: str) -> str | None:
+    """The ``policy/rule: message`` a rejection reason blames, or None when no policy's rule
+    vetoed the node: no victims, a victim kpe does not know, a node it does not know, the
+    request's deadline. What the verb tells the pod (an Event) and ``kpe explain pod`` shows."""
+    reason = reason.removeprefix(AFTER_EVICTIONS)
+    label, sep, _ = reason.partition(": ")
+    policy, slash, rule = label.partition("/")
+    if not sep or not slash or not policy or not rule or " " in label or rule == "(deadline)":
+        return None
+    return reason
+
+
 def _filters_after_evictions(
     policy_set: PolicySet,
     pod: Mapping[str, Any],
@@ -171,9 +199,12 @@ def _filters_after_evictions(
         if node is None:
             # No node object, no filter verdict: an unknown answer is an error, and
             # failurePolicy decides, as for any rule that cannot be evaluated.
-            if any(s.policy.fail_closed for s in enforced):
-                policy = next(s.policy for s in enforced if s.policy.fail_closed)
-                rejected[name] = f"{policy.name}: node {name} is not in kpe's node cache, so its filters cannot be checked after the evictions"
+            closed = [s.policy.name for s in enforced if s.policy.fail_closed]
+            if closed:
+                rejected[name] = f"{closed[0]}: {unknown_node(name)} (failurePolicy Fail drops the node)"
+            elif enforced:
+                names = ", ".join(s.policy.name for s in enforced)
+                result.unchecked[name] = f"{names}: {unknown_node(name)} (failurePolicy Ignore keeps the node)"
             continue
         known.append(node)
         if node_info is not None:

@@ -12,6 +12,11 @@ Two sources, one report (``engine.reports.diagnosis.diagnose``, printed by ``eng
   its cache's nodes and ``nodeInfo`` and its reservation controller's slots:
   exactly what its extender verbs see.
 
+Either way the report adds what kpe's preempt verb last kept out of the pod's
+preemption, and by which policy's rule: from that replica's decision log
+(``/apis/v1/decisions``), or from the PreemptionVetoed Event kpe posted on the pod
+(``server.verbs.vetoes``).
+
 Exit codes: 0 explained, 1 the policies have errors, 2 usage errors and
 failures to reach the cluster or kpe, or an unknown pod.
 """
@@ -20,9 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from engine.reports.diagnosis.diagnose import diagnose
+from engine.reports.diagnosis.diagnose import diagnose, preemption_vetoes
 from engine.reports.diagnosis.view import DEFAULT_LIMIT, render_markdown, render_text
 from engine.errors import PolicyLoadError
 from engine.policy.loader import load
@@ -35,6 +41,7 @@ from server.cli.remote import (
     with_cluster,
 )
 from server.settings import Settings, UsageError, policy_paths
+from server.verbs.vetoes import ANNOTATION as VETO_ANNOTATION, REASON as VETO_REASON
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -57,7 +64,45 @@ def from_server(args: argparse.Namespace, namespace: str, name: str) -> dict[str
     data = get_json(args, "/apis/v1/explain", {"pod": f"{namespace}/{name}"})
     data.pop("text", None)
     data["source"] = f"served by kpe at {str(args.server).rstrip('/')}"
+    # What that replica's preempt verb last did for the pod, from its decision log.
+    entries = get_json(args, "/apis/v1/decisions", {"pod": f"{namespace}/{name}", "verb": "preempt", "limit": "1"}).get("decisions") or []
+    if entries and isinstance(entries[0], dict):
+        entry = entries[0]
+        data["preemption"] = preemption_vetoes(
+            entry.get("rejected") or {}, unchecked=entry.get("unchecked"), source=f"kpe's decision log, preempt at {_when(entry.get('time'))}"
+        )
     return data
+
+
+def _when(at: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(at), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (TypeError, ValueError, OverflowError):
+        return "?"
+
+
+async def vetoed_by_event(client: Any, pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's latest PreemptionVetoed Event (``server.verbs.vetoes``), as ``preemption_vetoes``
+    gives it; None when there is none, or events cannot be read (they only add to the report)."""
+    from server.cluster.kube import ApiError
+
+    meta = pod.get("metadata") or {}
+    selector = f"involvedObject.name={meta.get('name')},reason={VETO_REASON}"
+    try:
+        listed = await client.list(f"/api/v1/namespaces/{meta.get('namespace')}/events", params={"fieldSelector": selector})
+    except ApiError:
+        return None
+    uid = meta.get("uid")
+    events = [e for e in listed.get("items") or [] if not uid or (e.get("involvedObject") or {}).get("uid") in (None, "", uid)]
+    if not events:
+        return None
+    latest = max(events, key=lambda e: (str(e.get("lastTimestamp") or ""), int((e.get("metadata") or {}).get("resourceVersion") or 0)))
+    try:
+        noted = json.loads(((latest.get("metadata") or {}).get("annotations") or {}).get(VETO_ANNOTATION) or "")
+        vetoed, nodes = dict(noted["vetoed"]), int(noted["nodes"])
+    except (ValueError, KeyError, TypeError):
+        return None  # not kpe's shape: the Event's message is still there for kubectl describe
+    return preemption_vetoes(vetoed, nodes=nodes, source=f"PreemptionVetoed Event at {latest.get('lastTimestamp') or '?'}")
 
 
 def from_cluster(args: argparse.Namespace, namespace: str, name: str, policy_paths: list[str]) -> dict[str, Any]:
@@ -65,7 +110,7 @@ def from_cluster(args: argparse.Namespace, namespace: str, name: str, policy_pat
 
     policy_set = load(policy_paths)
 
-    async def work(client: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], str]:
+    async def work(client: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], str, dict[str, Any] | None]:
         try:
             pod = await client.get_pod(namespace, name)
         except ApiError as exc:
@@ -73,11 +118,13 @@ def from_cluster(args: argparse.Namespace, namespace: str, name: str, policy_pat
                 raise UsageError(f"pod {namespace}/{name} not found ({client.source})") from None
             raise
         nodes, pods = await read_cluster(client)
-        return pod, nodes, pods, client.source
+        return pod, nodes, pods, client.source, await vetoed_by_event(client, pod)
 
-    pod, nodes, pods, source = with_cluster(args, work)
+    pod, nodes, pods, source, vetoed = with_cluster(args, work)
     data = diagnose(policy_set, pod, nodes, cluster_pods=pods, placeholder_namespace=args.reservation_namespace).to_dict()
     data["source"] = f"policies {' '.join(policy_paths)}, cluster from {source}"
+    if vetoed is not None:
+        data["preemption"] = vetoed
     return data
 
 

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from engine.decisions.admission import held_by_kpe
 from engine.equivalence.classes import TrackedNodeInfo
+from engine.cluster.inflight import InFlight
 from engine.cluster.nodeinfo import NodeInfoAccumulator, NodeState, is_active, pod_key
 from engine.cluster.projection import EVERYTHING, Projection
 
@@ -81,6 +82,7 @@ class ClusterCache:
         projection: Projection | None = None,
         narrow_after_s: float = NARROW_AFTER_S,
         catch_up_s: float = CATCH_UP_S,
+        in_flight: InFlight | None = None,
     ) -> None:
         self._client = client
         self._on_event = on_event
@@ -89,6 +91,9 @@ class ClusterCache:
         self._pods: dict[str, Obj] = {}
         self._acc: dict[str, NodeInfoAccumulator] = {}
         self._placed: dict[str, str] = {}  # pod key -> the node whose accumulator holds it
+        # Pods kube-scheduler may have placed and the watch has not shown bound (engine.cluster.inflight):
+        # filter answers add them, pod events here take them out.
+        self.in_flight = in_flight if in_flight is not None else InFlight()
         # nodeInfo per known node, rebuilt for the nodes in _stale when read: a burst
         # of pod events costs one rebuild per node, and readers get a plain dict.
         self._views = TrackedNodeInfo()
@@ -372,6 +377,7 @@ class ClusterCache:
         else:
             self._pods[key] = obj
             self._place(key, obj)
+            self.in_flight.seen(obj)
             if not (obj.get("spec") or {}).get("nodeName") and held_by_kpe(obj):
                 self.gated.add(key)
             else:
@@ -387,6 +393,7 @@ class ClusterCache:
         else:
             gone = self._pods.pop(key, None)
             self._place(key, None)
+            self.in_flight.forget(key)
             self.gated.discard(key)
         if gone is not None:
             self._notify_callback(kind, "DELETED", obj)

@@ -1,6 +1,11 @@
 """The extender verbs around binding: preempt (which victims make room, kept only where
 kpe's filters would pass once they are gone), bind (only to a node that exists), and
 kpe's own admit (the gate decision for one pod, for tools and tests).
+
+Preempt reads the nodes from kpe's cache, or without one (whole-node mode) from the
+nodes the filter and prioritize requests carried (``server.verbs.wholenodes``); a node
+kpe does not know either way is left to failurePolicy. The nodes a policy's rule kept
+out are told to the pod as an Event (``server.verbs.vetoes``).
 """
 
 from __future__ import annotations
@@ -42,8 +47,12 @@ async def handle_preempt(raw: bytes, deadline: Deadline, state: ServerState) -> 
                 rejected[node] = f"kpe's pod cache does not know victim(s) {', '.join(missing)}"
                 continue
             candidates[node] = [p for p in pods if p is not None]
-    nodes = {name: state.cache.node(name) for name in candidates} if state.cache is not None else {}
-    known = {k: v for k, v in nodes.items() if v is not None}
+    known: dict[str, Any]
+    if state.cache is not None:
+        known = {name: found for name in candidates if (found := state.cache.node(name)) is not None}
+    else:
+        # Whole-node mode without a cache: the nodes the filter and prioritize requests carried.
+        known = state.whole_nodes.nodes(candidates) if state.whole_nodes is not None else {}
     result = await state.worker.run(
         lambda: keep_evictions_off_reserved(state, policy_set, args.pod, known, preempt(policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline))
     )
@@ -57,7 +66,9 @@ async def handle_preempt(raw: bytes, deadline: Deadline, state: ServerState) -> 
         sent = args.meta_victims
         kept = {node: [u for u in sent.get(node, []) if u in set(ids)] for node, ids in kept.items()}
     kept = {node: ids for node, ids in kept.items() if ids}
-    state.record("preempt", args.pod, policy_set.generation, candidates=sorted(kept), rejected=rejected)
+    details: dict[str, Any] = {"unchecked": result.unchecked} if result.unchecked else {}
+    state.record("preempt", args.pod, policy_set.generation, candidates=sorted(kept), rejected=rejected, **details)
+    state.vetoes.notice(state.client, bool(state.settings.controller_set), args.pod, rejected)
     return Answer(preemption_result(kept, args.pdb_violations), headers=headers)
 
 

@@ -31,9 +31,11 @@ from engine.policy.model import PolicySet
 from server.http.responses import HTTPProblem, parse_json
 from server.http.wire import ExtenderArgs, decode_extender_args, filter_result, host_priority, host_priority_json, host_priority_list
 from server.state import ServerState
+from server.verbs.inflight import counted, record
 from server.verbs.answer import GENERATION_HEADER, INLINE_BUDGET_S, NO_CLUSTER, Answer, cache_unusable, evaluate, pod_label
 from server.verbs.lookahead import Expected
 from server.verbs.reserved import keep_off_reserved
+from server.verbs.wholenodes import remember_nodes
 
 log = logging.getLogger("kpe.extender")
 
@@ -70,6 +72,7 @@ async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> A
     policy_set = state.store.current
     body = parse_json(raw)
     args = decode_extender_args(body, "filter", known=cached_copies(state))
+    remember_nodes(state.whole_nodes, args.nodes)
     headers = {GENERATION_HEADER: policy_set.generation}
     failed: dict[str, str] = {}
     nodes: list[dict[str, Any]] | NodesByName
@@ -90,9 +93,18 @@ async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> A
         state,
         "filter",
         lambda inline_s: keep_off_reserved(
-            state, policy_set, args.pod, nodes, filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, inline_s=inline_s)
+            state,
+            policy_set,
+            args.pod,
+            nodes,
+            counted(
+                state, policy_set, args.pod, nodes,
+                filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, inline_s=inline_s),
+                inline_s=inline_s, deadline=deadline,
+            ),
         ),
     )
+    record(state, policy_set, args.pod, result.passed)  # before the answer goes: the scheduler's next filter finds it
     if result.unknown:
         failed = state.unknown_nodes(result.unknown, "filter")
         failed.update(result.failed)  # the names kpe does not know, then the rejected ones
@@ -154,6 +166,7 @@ async def handle_prioritize(raw: bytes, deadline: Deadline, state: ServerState) 
         state.lookahead.count("rescored")
     policy_set = state.store.current
     args = decode_extender_args(parse_json(raw), "prioritize", known=cached_copies(state))
+    remember_nodes(state.whole_nodes, args.nodes)
     nodes: list[dict[str, Any]] | NodesByName
     if args.nodes is not None:
         nodes, order = args.known_nodes or [], list(map(_NAME, map(_METADATA, args.nodes)))

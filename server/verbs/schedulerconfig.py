@@ -30,7 +30,17 @@ latency) and never skips one a policy needs:
 In whole-node mode (``--no-node-cache-capable``) kube-scheduler sends whole
 Node objects but never the pods on them, so ``nodeInfo`` still comes from
 kpe's own pod cache; the command warns when some rule reads it, because
-without cluster access such a rule fails on every node.
+without cluster access such a rule fails on every node. What the mode does
+without cluster access, as ``--help`` says:
+
+- filter and prioritize evaluate the nodes sent; rules reading ``nodeInfo``
+  cannot be evaluated, and their policy's failurePolicy decides;
+- preempt (victims by node name, no node objects) checks the filters after the
+  evictions on the nodes kpe was sent by filter and prioritize lately
+  (``server.verbs.wholenodes``); kube-scheduler sends only the nodes its own
+  filters pass, so a node full since before that is unknown to kpe, and each
+  matching policy's failurePolicy decides (Fail drops it, Ignore keeps it), as
+  the decision log says.
 
 With ``--scheduler-name NAME`` the document configures a scheduler of kpe's
 own (``deploy/scheduler/``) beside the cluster's default one, for clusters whose
@@ -65,6 +75,7 @@ from engine.policy.loader import load
 from engine.policy.model import Expression, Policy, PolicySet
 
 from server.settings import Settings
+from server.verbs.wholenodes import FORGET_AFTER_S
 
 API_GROUP = "kubescheduler.config.k8s.io"
 API_VERSIONS = ("v1", "v1beta3")
@@ -450,7 +461,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--entry-only", action="store_true", help="print only the extender entry, not a whole KubeSchedulerConfiguration")
     parser.add_argument("--bind", action="store_true", help="let kpe bind pods (bindVerb); at most one extender may bind")
     parser.add_argument("--weight", type=int, default=1, help="multiplier of kpe's scores (0..10) against the scheduler's plugins (default: 1)")
-    parser.add_argument("--node-cache-capable", action=argparse.BooleanOptionalAction, default=True, help="send node names only; kpe resolves them from its node cache (default: on)")
+    parser.add_argument(
+        "--node-cache-capable", action=argparse.BooleanOptionalAction, default=True,
+        help="send node names only; kpe resolves them from its node cache (default: on). --no-node-cache-capable: whole nodes, "
+        "the mode of kpe without cluster access, where rules that read nodeInfo cannot be evaluated (failurePolicy decides) "
+        f"and preemption checks the nodes kpe was sent by filter and prioritize in the last {FORGET_AFTER_S / 60:g} minutes; "
+        "a node it was not sent follows failurePolicy",
+    )
     parser.add_argument("--http-timeout", default="5s", metavar="DURATION", help="kube-scheduler's timeout per call, a Go duration (default: 5s)")
     parser.add_argument("--ca-file", default="", metavar="FILE", help="CA that signed kpe's serving certificate, as a path on the scheduler's host")
     parser.add_argument("--cert-file", default="", metavar="FILE", help="client certificate kube-scheduler presents (when kpe runs with --tls-client-ca)")

@@ -15,7 +15,10 @@ rule and scores per node, the admission gates) and adds:
   preemption verdict, as kube-scheduler would reach it (its dry run picks the
   victims, then asks kpe's preempt verb) (``preemption_verdicts``);
 - per reservation, whether the pod owns it, its slots and its part in the
-  decision (``engine.reports.diagnosis.slots``).
+  decision (``engine.reports.diagnosis.slots``);
+- what kpe's preempt verb really did for the pod, when the caller knows it (kpe's
+  decision log, or the PreemptionVetoed Event it posted): the nodes a policy's rule
+  kept out of the preemption, with the rule (``preemption_vetoes``).
 
 ``Diagnosis.to_dict`` is what ``GET /apis/v1/explain?pod=`` answers and what
 ``kpe explain pod --output json`` prints; ``engine.reports.diagnosis.view`` renders it.
@@ -36,7 +39,7 @@ from engine.reservations.heldroom import Homes, keep_evictions_off
 from engine.cluster.kubefilters import KubeVerdict
 from engine.cluster.nodeinfo import TERMINAL_PHASES, node_info_map, node_name
 from engine.policy.model import PolicySet
-from engine.decisions.preemption import preempt, victim_name, without_victims
+from engine.decisions.preemption import preempt, veto, victim_name, without_victims
 from engine.reservations.slots import Slot
 
 
@@ -219,6 +222,19 @@ def preemption_verdicts(
     return out
 
 
+def preemption_vetoes(
+    rejected: Mapping[str, str], *, source: str, nodes: int | None = None, unchecked: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """What kpe's preempt verb last did for the pod, as ``kpe explain pod`` shows it (the
+    ``preemption`` key of its data, ``engine.reports.diagnosis.view.preemption_lines``):
+    the nodes a policy's rule kept out of the preemption (``veto``) with the rule, how many
+    there were (``nodes``, when ``rejected`` names only the first few), and the nodes kept
+    with their filters unchecked. ``rejected`` is the preempt decision-log entry's (or the
+    PreemptionVetoed Event's); ``source`` says which, for the reader."""
+    vetoed = {node: why for node in sorted(rejected) if (why := veto(rejected[node])) is not None}
+    return {"source": source, "nodes": max(nodes or 0, len(vetoed)), "vetoed": vetoed, "unchecked": dict(unchecked or {})}
+
+
 def diagnose(
     policy_set: PolicySet,
     pod: Mapping[str, Any],
@@ -266,4 +282,4 @@ def diagnose(
     )
 
 
-__all__ = ["Diagnosis", "EvictionVerdict", "PodState", "diagnose", "gate_states", "pod_state", "preemption_verdicts"]
+__all__ = ["Diagnosis", "EvictionVerdict", "PodState", "diagnose", "gate_states", "pod_state", "preemption_verdicts", "preemption_vetoes"]

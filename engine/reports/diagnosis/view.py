@@ -1,7 +1,8 @@
 """How ``kpe explain pod`` prints a diagnosis (``Diagnosis.to_dict``, possibly
 received from a running kpe): a plain-text table for terminals and Markdown
 for issues and pull requests. Both say first what the pod's state is and
-whether it is kpe's to decide, then one row per node (the nodes that can take
+whether it is kpe's to decide (and what kpe's preempt verb last kept out of the
+pod's preemption, when known), then one row per node (the nodes that can take
 the pod first, best score first), then the score table of the nodes kpe keeps.
 """
 
@@ -61,7 +62,25 @@ def headline(data: dict[str, Any]) -> list[str]:
     for cond in data.get("matchConditions") or []:
         lines.append(f"  match {cond['policy']}: {cond['effect']}" + (f" ({cond['error']})" if cond["error"] else ""))
     lines += part_lines(data.get("reservations") or [])
+    lines += preemption_lines(data.get("preemption"))
     lines.append(verdict_line(data))
+    return lines
+
+
+VETOES_SHOWN = 5  # vetoed nodes named; the rest are counted
+
+
+def preemption_lines(part: dict[str, Any] | None) -> list[str]:
+    """What kpe's preempt verb last did for the pod (``diagnose.preemption_vetoes``): each node a
+    policy's rule kept out, with the rule, and the nodes kept with their filters unchecked."""
+    if not part:
+        return []
+    vetoed = part.get("vetoed") or {}
+    lines = [f"preemption: kpe kept node {node} out: {why}" for node, why in list(vetoed.items())[:VETOES_SHOWN]]
+    more = max(int(part.get("nodes") or 0), len(vetoed)) - len(lines)
+    if more > 0:
+        lines.append(f"preemption: kpe kept {more} more node{'s' if more != 1 else ''} out")
+    lines += [f"preemption: kpe kept node {node} in unchecked: {why}" for node, why in (part.get("unchecked") or {}).items()]
     return lines
 
 
@@ -144,4 +163,4 @@ def render_markdown(data: dict[str, Any], *, limit: int = DEFAULT_LIMIT) -> str:
     return "\n".join(out)
 
 
-__all__ = ["DEFAULT_LIMIT", "headline", "markdown_table", "ordered_nodes", "render_markdown", "render_text", "verdict_line"]
+__all__ = ["DEFAULT_LIMIT", "headline", "preemption_lines", "markdown_table", "ordered_nodes", "render_markdown", "render_text", "verdict_line"]

@@ -1,0 +1,158 @@
+"""Pods in flight: placed by kube-scheduler, perhaps, and not yet seen bound.
+
+kube-scheduler decides one pod at a time, and once it has picked a node it "assumes" the
+pod there in its own cache and goes on to the next pod while the binding is written.
+kpe's cache learns of the placement only when the binding reaches the API server and
+comes back on the watch, a few milliseconds to seconds later. A burst of pods is
+filtered inside that window: a policy that counts pods on a node (``nodeInfo``) would
+see none of the burst and pass the same node for all of them.
+
+So a pod kpe's filter passed counts, for filters that read ``nodeInfo``, on every node
+it passed (kube-scheduler picks one of them; kpe cannot know which) until kpe sees it
+bound, finished or deleted, a later filter of the same pod replaces the answer (a new
+attempt; with gang scheduling, another candidate placement), or ``ttl`` passes. A pod
+that names a node in ``status.nominatedNodeName`` (preemption, and from 1.35 the
+scheduler's placement before its binding cycle) counts on that node alone, for as long
+as it names it. A node passes only if the filters pass on it both with and without the
+pods in flight there: counting them is conservative; it can reject a node the pod
+would have fit, and kube-scheduler tries the pod again on the next cluster event, which
+the binding of the pod in flight is. ``docs/policies.md`` explains the trade-off.
+
+Written on the event loop (filter answers, watch events), read by the evaluation
+worker: readers take copies made in C.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from engine.cluster.nodeinfo import is_active, pod_key, pod_requests
+from engine.cel.ext import quantity as _q
+from engine.cel.ext.quantity import Quantity
+
+Obj = Mapping[str, Any]
+
+# How long a pod kpe's filter passed counts on the nodes it passed without kpe seeing it
+# bound: longer than kube-scheduler takes from its decision to the binding being written
+# (milliseconds, or the seconds of a slow PreBind) and short enough that a pod whose attempt
+# failed after kpe's answer (another extender, a Permit plugin) does not hold room for long.
+DEFAULT_TTL_S = 30.0
+# Pods in flight kept at most, the oldest forgotten first past it: in flight a pod lives
+# milliseconds, so only a scheduler that keeps failing pods after kpe has passed them (another
+# extender, a Permit plugin) comes near it. Each holds its pod and its set of nodes, and pods
+# passed on the same nodes (most of a burst) share one set.
+MAX_PODS = 10_000
+
+
+class InFlight:
+    """The pods in flight and the nodes each counts on (see the module docstring)."""
+
+    def __init__(self, *, ttl: float = DEFAULT_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        # pod key -> (pod, nodes it counts on, when it stops counting; None: while nominated)
+        self._pods: dict[str, tuple[Obj, frozenset[str], float | None]] = {}
+        self._last: frozenset[str] = frozenset()  # the last set of nodes, shared by the pods passed on the same ones
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    @property
+    def enabled(self) -> bool:
+        return self.ttl > 0
+
+    # --- written on the event loop -------------------------------------------------------
+
+    def passed(self, pod: Obj, nodes: Iterable[str]) -> None:
+        """kpe's filter passed ``pod`` on ``nodes``: it counts there until it is seen placed
+        (this answer replaces any earlier one for the pod)."""
+        if not self.enabled:
+            return
+        key = pod_key(pod)
+        held = self._pods.get(key)
+        if held is not None and held[2] is None:
+            return  # nominated: it counts on its nominated node, whatever a filter said
+        self._set(key, pod, frozenset(nodes), self._clock() + self.ttl)
+
+    def seen(self, pod: Obj) -> None:
+        """A watch event (or list) of ``pod``: bound, finished or deleted, it no longer is in
+        flight; unbound and nominated, it counts on its nominated node alone."""
+        if not self.enabled:
+            return
+        key = pod_key(pod)
+        spec, status = pod.get("spec"), pod.get("status")
+        spec = spec if isinstance(spec, Mapping) else {}
+        status = status if isinstance(status, Mapping) else {}
+        if spec.get("nodeName") or not is_active(pod):
+            self.forget(key)
+            return
+        nominated = status.get("nominatedNodeName")
+        if isinstance(nominated, str) and nominated:
+            self._set(key, pod, frozenset((nominated,)), None)
+            return
+        held = self._pods.get(key)
+        if held is not None and held[2] is None:
+            self.forget(key)  # no longer nominated, still pending: it waits for its next filter
+
+    def forget(self, key: str) -> None:
+        self._pods.pop(key, None)
+
+    def expire(self) -> None:
+        """Forget the pods whose time to count has passed."""
+        if not self._pods:
+            return
+        now = self._clock()
+        for key in [k for k, (_, _, until) in self._pods.items() if until is not None and until <= now]:
+            self.forget(key)
+
+    def _set(self, key: str, pod: Obj, nodes: frozenset[str], until: float | None) -> None:
+        self._pods.pop(key, None)  # moved to the end: the newest
+        if not nodes:
+            return
+        if nodes == self._last:
+            nodes = self._last
+        self._last = nodes
+        self._pods[key] = (pod, nodes, until)
+        if len(self._pods) > MAX_PODS:
+            del self._pods[next(iter(self._pods))]
+
+    # --- read by decisions ---------------------------------------------------------------
+
+    def on(self, names: Iterable[str], *, besides: str = "") -> dict[str, list[Obj]]:
+        """The pods in flight on each of ``names`` that has any, ``besides`` (a pod key) left out."""
+        if not self._pods:
+            return {}
+        wanted = names if isinstance(names, (set, frozenset)) else set(names)
+        found: dict[str, list[Obj]] = {}
+        for key, (pod, nodes, _) in list(self._pods.items()):  # a copy made in C: the event loop may change it meanwhile
+            if key == besides:
+                continue
+            for name in nodes & wanted if len(nodes) <= len(wanted) else wanted & nodes:
+                found.setdefault(name, []).append(pod)
+        return found
+
+
+def with_pods(view: Mapping[str, Any] | None, pods: list[Obj], *, requests: dict[Any, dict[str, Quantity]] | None = None) -> dict[str, Any]:
+    """A node's ``nodeInfo`` view with ``pods`` added (as ``NodeInfoAccumulator`` would count
+    them). ``requests`` keeps the summed requests of each list of pods across the calls of one
+    request: the same pods in flight count on hundreds of nodes."""
+    view = view or {"pods": [], "podCount": 0, "requested": {}}
+    key = tuple(map(id, pods))
+    added = requests.get(key) if requests is not None else None
+    if added is None:
+        added = {}
+        for pod in pods:
+            for name, q in pod_requests(pod).items():
+                added[name] = _q._add(added[name], q) if name in added else q
+        if requests is not None:
+            requests[key] = added
+    requested: dict[str, Quantity] = {name: _q.parse_quantity(value) for name, value in (view.get("requested") or {}).items()}
+    for name, q in added.items():
+        requested[name] = _q._add(requested[name], q) if name in requested else q
+    return {
+        "pods": [*view.get("pods", ()), *pods],
+        "podCount": int(view.get("podCount", 0)) + len(pods),
+        "requested": {name: q.cel_string() for name, q in sorted(requested.items())},
+    }

@@ -1,0 +1,138 @@
+"""The filter decision with the pods in flight counted (``engine.cluster.inflight``).
+
+The filter runs as ever, against ``nodeInfo`` as kpe's cache has it (bound pods only),
+and keeps its equivalence cache: the pods in flight come and go with every pod of a
+burst, and folding them into the cached ``nodeInfo`` would cost every class that reads
+it (scores included) a re-evaluation of each node a pod passed. Then, only for a pod
+whose matching policies read ``nodeInfo`` in their filters, the nodes it passed that
+have pods in flight are evaluated once more with those pods added: a node passes only
+if it passes both ways. Nothing else pays: a pod whose filters do not read ``nodeInfo``,
+or a request with no pod in flight on the nodes it passed, costs one check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any
+
+from engine.cel.parser import ast
+
+from engine.cluster.inflight import InFlight, with_pods
+from engine.cluster.nodeinfo import NodesByName, node_names, pod_key
+from engine.decisions.deadline import Deadline
+from engine.decisions.filtering import FilterResult, count_rules, filter_nodes
+from engine.equivalence.reads import PolicyReads
+from engine.policy.model import Expression, Policy, PolicySet
+
+# Pods in flight named in a rejection, at most.
+NAMED = 3
+
+
+@dataclass(frozen=True)
+class Counting:
+    """What counting the pods in flight takes for one policy set, worked out once per set:
+    the policies whose filters read ``nodeInfo`` (the only ones whose verdict the pods in
+    flight can change, so the only ones evaluated again), and whether any of them reads more
+    of ``nodeInfo`` than its pods and their count (summing the requests of the pods in flight
+    onto every node costs more than the evaluation itself)."""
+
+    policies: PolicySet | None
+    requested: frozenset[str]  # the policies among them that read more of nodeInfo than its pods
+
+    @staticmethod
+    def of(policy_set: PolicySet, reads: Callable[[Policy], PolicyReads]) -> Counting:
+        counting = tuple(p for p in policy_set.policies if p.filters and reads(p).reads_node_info("filter"))
+        if not counting:
+            return Counting(None, frozenset())
+        return Counting(policy_set.subset(counting), frozenset(p.name for p in counting if any(_reads_more_than_pods(e.root) for e in _expressions(p))))
+
+
+def _expressions(policy: Policy) -> list[Expression]:
+    return [e for r in policy.filters for e in (r.expression, r.message_expression) if e is not None]
+
+
+def _reads_more_than_pods(root: Any) -> bool:
+    """Whether the syntax tree reads ``nodeInfo`` other than as ``nodeInfo.pods`` or
+    ``nodeInfo.podCount`` (no tree: assumed so)."""
+    if root is None:
+        return True
+    stack: list[Any] = [(root, None)]
+    while stack:
+        node, parent = stack.pop()
+        if isinstance(node, ast.Ident) and node.name == "nodeInfo":
+            if not (isinstance(parent, (ast.Select, ast.Has)) and parent.field in ("pods", "podCount")):
+                return True
+            continue
+        if is_dataclass(node):
+            for f in fields(node):
+                value = getattr(node, f.name)
+                for child in value if isinstance(value, tuple) else (value,):
+                    if isinstance(child, ast.MapEntry):
+                        stack += [(child.key, node), (child.value, node)]
+                    elif isinstance(child, ast.Node):
+                        stack.append((child, node))
+    return False
+
+
+def pods_in_flight(
+    result: FilterResult, counting: Counting, pod: Mapping[str, Any], in_flight: InFlight | None
+) -> dict[str, list[Mapping[str, Any]]]:
+    """The pods in flight on each node ``result`` passed, where they can change its verdict:
+    none unless a policy matching ``pod`` reads ``nodeInfo`` in its filters."""
+    if in_flight is None or not len(in_flight) or not result.passed or counting.policies is None:
+        return {}
+    if not any(counting.policies.get(name) is not None for name in result.matched):
+        return {}
+    return in_flight.on(result.passed, besides=pod_key(pod))
+
+
+def count_in_flight(
+    result: FilterResult,
+    counting: Counting,
+    pod: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]] | NodesByName,
+    on: Mapping[str, list[Mapping[str, Any]]],
+    *,
+    node_info: Mapping[str, Any] | None,
+    now: Any = None,
+    deadline: Deadline | None = None,
+) -> int:
+    """Fail the nodes ``result`` passed where the filters reject ``pod`` once the pods in
+    flight there (``on``, from ``pods_in_flight``) are counted; how many it failed. Changes
+    ``result`` in place."""
+    if not on or counting.policies is None:
+        return 0
+    if isinstance(nodes, NodesByName):
+        found = [nodes.states.get(name) for name in on]
+        objects = [s.node for s in found if s is not None]
+    else:
+        objects = [n for n, name in zip(nodes, node_names(nodes)) if name in on]
+    empty: Mapping[str, Any] = {"pods": [], "podCount": 0, "requested": {}}
+    info: dict[str, Any] = {}
+    requests: dict[int, Any] = {}
+    summed = not counting.requested.isdisjoint(result.matched)
+    for name, pods in on.items():
+        view = (node_info.get(name) if node_info is not None else None) or empty
+        if summed:
+            info[name] = with_pods(view, pods, requests=requests)
+        else:
+            info[name] = {"pods": [*view["pods"], *pods], "podCount": view["podCount"] + len(pods), "requested": view["requested"]}
+    again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline)
+    rejected = {**again.failed, **again.unresolvable}
+    if not rejected:
+        return 0
+    result.passed = [name for name in result.passed if name not in rejected]
+    for name, reason in rejected.items():
+        result.failed[name] = f"{reason} (counting {_named(on[name])} that kube-scheduler may have placed on this node and kpe has not yet seen bound)"
+    result.rejections = count_rules(result.failed.values(), result.unresolvable.values())
+    return len(rejected)
+
+
+def _named(pods: list[Mapping[str, Any]]) -> str:
+    names = []
+    for pod in pods[:NAMED]:
+        meta = pod.get("metadata") or {}
+        names.append(f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}")
+    more = f" and {len(pods) - NAMED} more" if len(pods) > NAMED else ""
+    return f"{len(pods)} pod{'s' if len(pods) != 1 else ''} in flight ({', '.join(names)}{more})"

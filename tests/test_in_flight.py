@@ -1,0 +1,253 @@
+"""Pods in flight: a pod kpe's filter passed counts, for filters that read nodeInfo, on every
+node it passed until kpe sees it bound, failed or deleted (engine.cluster.inflight), so a
+burst of pods cannot go past a per-node limit in the window before their bindings show."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from engine.cluster.inflight import InFlight, with_pods
+from engine.cluster.nodeinfo import pod_key
+
+from server.app import create_app
+from server.settings import Settings
+
+from .fakeapi import FakeApiServer
+from .serving import serve
+
+ONE_PER_TEAM = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: one-per-team}
+spec:
+  match: {podSelector: {matchExpressions: [{key: team, operator: Exists}]}}
+  filters:
+  - name: spread
+    expression: "!nodeInfo.pods.exists(p, p.metadata.?labels[?'team'].orValue('') == pod.metadata.labels['team'])"
+    message: a pod of this team already runs here
+"""
+
+LABELS_ONLY = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: not-drained}
+spec:
+  filters:
+  - name: drain
+    expression: "node.metadata.?labels[?'drain'].orValue('') != 'true'"
+    message: node is drained
+"""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pod(name: str, *, team: str = "a", node: str = "", nominated: str = "", phase: str = "Pending") -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "apps", "uid": f"uid-{name}", "labels": {"team": team}},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]},
+        "status": {"phase": phase},
+    }
+    if node:
+        out["spec"]["nodeName"] = node
+    if nominated:
+        out["status"]["nominatedNodeName"] = nominated
+    return out
+
+
+# -- the bookkeeping ----------------------------------------------------------------------
+
+
+def test_a_passed_pod_counts_on_every_node_it_passed_until_it_is_seen_bound() -> None:
+    flight = InFlight(clock=Clock())
+    flight.passed(pod("a1"), ["n1", "n2"])
+    assert {n: [p["metadata"]["name"] for p in ps] for n, ps in flight.on(["n1", "n2", "n3"]).items()} == {"n1": ["a1"], "n2": ["a1"]}
+    flight.seen(pod("a1"))  # still pending: still in flight
+    assert len(flight) == 1
+    flight.seen(pod("a1", node="n2"))
+    assert len(flight) == 0 and flight.on(["n1", "n2"]) == {}
+
+
+def test_a_pod_finished_or_deleted_stops_counting() -> None:
+    flight = InFlight(clock=Clock())
+    flight.passed(pod("a1"), ["n1"])
+    flight.seen(pod("a1", phase="Failed"))
+    assert len(flight) == 0
+    flight.passed(pod("a2"), ["n1"])
+    flight.forget(pod_key(pod("a2")))
+    assert flight.on(["n1"]) == {}
+
+
+def test_a_later_answer_for_the_same_pod_replaces_the_earlier_one() -> None:
+    flight = InFlight(clock=Clock())
+    flight.passed(pod("a1"), ["n1", "n2"])
+    flight.passed(pod("a1"), ["n3"])  # another attempt, or with gang scheduling another candidate placement
+    assert list(flight.on(["n1", "n2", "n3"])) == ["n3"]
+    flight.passed(pod("a1"), [])  # no node passed: it can be nowhere
+    assert len(flight) == 0
+
+
+def test_a_pod_stops_counting_when_its_time_is_up() -> None:
+    clock = Clock()
+    flight = InFlight(ttl=30, clock=clock)
+    flight.passed(pod("a1"), ["n1"])
+    clock.now += 29.9
+    flight.expire()
+    assert len(flight) == 1
+    clock.now += 0.1
+    flight.expire()
+    assert len(flight) == 0
+
+
+def test_a_nominated_pod_counts_on_its_nominated_node_alone_for_as_long_as_it_names_it() -> None:
+    clock = Clock()
+    flight = InFlight(ttl=30, clock=clock)
+    flight.passed(pod("a1"), ["n1", "n2", "n3"])
+    flight.seen(pod("a1", nominated="n2"))  # kube-scheduler 1.35+ before binding, or a preemptor
+    assert list(flight.on(["n1", "n2", "n3"])) == ["n2"]
+    flight.passed(pod("a1"), ["n1"])  # a filter of a nominated pod does not move it
+    clock.now += 3600
+    flight.expire()
+    assert list(flight.on(["n1", "n2"])) == ["n2"]
+    flight.seen(pod("a1"))  # no longer nominated
+    assert len(flight) == 0
+
+
+def test_a_nominated_pod_kpe_never_filtered_counts_too() -> None:
+    flight = InFlight(clock=Clock())
+    flight.seen(pod("p1", nominated="n1"))
+    assert list(flight.on(["n1"])) == ["n1"]
+
+
+def test_a_zero_time_turns_the_accounting_off() -> None:
+    flight = InFlight(ttl=0, clock=Clock())
+    flight.passed(pod("a1"), ["n1"])
+    flight.seen(pod("a2", nominated="n1"))
+    assert len(flight) == 0 and not flight.enabled
+
+
+def test_the_pod_being_decided_is_not_counted_against_itself() -> None:
+    flight = InFlight(clock=Clock())
+    flight.passed(pod("a1"), ["n1"])
+    assert flight.on(["n1"], besides=pod_key(pod("a1"))) == {}
+
+
+def test_nodeinfo_with_pods_in_flight_counts_them_as_bound_pods_are_counted() -> None:
+    view = {"pods": [pod("b1", node="n1")], "podCount": 1, "requested": {"cpu": "500m"}}
+    grown = with_pods(view, [pod("a1"), pod("a2")])
+    assert grown["podCount"] == 3 and grown["requested"] == {"cpu": "1500m"}
+    assert [p["metadata"]["name"] for p in grown["pods"]] == ["b1", "a1", "a2"]
+    assert view["podCount"] == 1  # the cache's view is not changed
+
+
+# -- through the filter verb, with kpe's cache fed by an API server ----------------------------
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer(bookmark_interval=0.2) as server:
+        for name in ("n1", "n2"):
+            server.state.add_node({"metadata": {"name": name}, "status": {"allocatable": {"cpu": "4", "pods": "110"}}})
+        yield server
+
+
+def kpe(api: FakeApiServer, tmp_path: Path, policy: str, **settings: Any) -> Iterator[tuple[str, Any]]:
+    """kpe serving ``policy`` with its cache fed by ``api``: (its URL, its state)."""
+    (tmp_path / "policy.yaml").write_text(policy)
+    app = create_app(Settings(policies=str(tmp_path / "policy.yaml"), kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")), cluster="on", **settings))
+    with serve(app) as url:
+        wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
+        yield url, app.state.kpe
+
+
+def create(api: FakeApiServer, name: str) -> dict[str, Any]:
+    created: dict[str, Any] = api.state.add_pod(pod(name))
+    return created
+
+
+def filter_(url: str, the_pod: dict[str, Any]) -> dict[str, Any]:
+    answer: dict[str, Any] = httpx.post(url + "/scheduler/filter", json={"Pod": the_pod, "NodeNames": ["n1", "n2"]}).json()
+    return answer
+
+
+def test_a_pod_of_a_burst_is_kept_off_the_nodes_an_earlier_pod_may_have_been_placed_on(api: FakeApiServer, tmp_path: Path) -> None:
+    for url, _ in kpe(api, tmp_path, ONE_PER_TEAM):
+        first, second = create(api, "a1"), create(api, "a2")
+        assert filter_(url, first)["NodeNames"] == ["n1", "n2"]
+        # a1 is placed (by kube-scheduler, on one of n1 and n2) but not yet bound: a2 may go on neither.
+        refused = filter_(url, second)
+        assert refused["NodeNames"] == []
+        assert refused["FailedNodes"]["n1"] == (
+            "one-per-team/spread: a pod of this team already runs here (counting 1 pod in flight (apps/a1) that "
+            "kube-scheduler may have placed on this node and kpe has not yet seen bound)"
+        )
+        # The binding shows: a1 counts on its node alone, as a bound pod.
+        api.state.bind("apps", "a1", "n1")
+        wait_for(lambda: httpx.get(url + "/apis/v1/nodes/n1").json()["nodeInfo"]["podCount"] == 1)
+        answer = filter_(url, second)
+        assert answer["NodeNames"] == ["n2"] and answer["FailedNodes"] == {"n1": "one-per-team/spread: a pod of this team already runs here"}
+
+
+def test_without_the_accounting_the_burst_goes_past_the_limit(api: FakeApiServer, tmp_path: Path) -> None:
+    for url, _ in kpe(api, tmp_path, ONE_PER_TEAM, in_flight_s=0):
+        first, second = create(api, "a1"), create(api, "a2")
+        assert filter_(url, first)["NodeNames"] == ["n1", "n2"]
+        assert filter_(url, second)["NodeNames"] == ["n1", "n2"]  # what the burst on the real scheduler did
+
+
+def test_a_policy_set_whose_filters_do_not_read_nodeinfo_records_nothing(api: FakeApiServer, tmp_path: Path) -> None:
+    for url, state in kpe(api, tmp_path, LABELS_ONLY):
+        assert filter_(url, create(api, "a1"))["NodeNames"] == ["n1", "n2"]
+        assert state.cache is not None and len(state.cache.in_flight) == 0
+
+
+# -- what a policy set needs counted --------------------------------------------------------
+
+FREE_CPU = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: free-cpu}
+spec:
+  filters:
+  - name: room
+    expression: "kube.nodeFree(node, nodeInfo, 'cpu').isGreaterThan(quantity('1'))"
+    message: no room
+"""
+
+
+def test_only_the_policies_whose_filters_read_nodeinfo_are_evaluated_again_and_only_those_reading_requests_sum_them() -> None:
+    from engine.equivalence.classes import EquivalenceCache
+    from engine.equivalence.inflight import Counting
+    from engine.policy.loader import load_text
+
+    reads = EquivalenceCache().reads
+    counting = Counting.of(load_text(ONE_PER_TEAM + "---\n" + LABELS_ONLY + "---\n" + FREE_CPU), reads)
+    assert counting.policies is not None
+    assert sorted(p.name for p in counting.policies.policies) == ["free-cpu", "one-per-team"]
+    assert counting.requested == frozenset({"free-cpu"})
+    assert Counting.of(load_text(LABELS_ONLY), reads).policies is None
+
+
+def test_past_its_bound_the_oldest_pod_in_flight_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.cluster.inflight
+
+    monkeypatch.setattr(engine.cluster.inflight, "MAX_PODS", 2)
+    flight = InFlight(clock=Clock())
+    for name in ("a1", "a2", "a3"):
+        flight.passed(pod(name), ["n1"])
+    assert [p["metadata"]["name"] for p in flight.on(["n1"])["n1"]] == ["a2", "a3"]
