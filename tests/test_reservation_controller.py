@@ -248,3 +248,113 @@ def test_a_replica_that_does_not_lead_keeps_non_owners_out_of_room_in_transit_to
             api.state.delete("pods", "kpe-train-0", NS)
             wait_for(lambda: "node-1" in (intruder_filtered(follower).get("FailedAndUnresolvableNodes") or {}))
             assert intruder_filtered(follower)["NodeNames"] == ["node-2"]
+
+
+SELECTOR_ONLY = RESERVATION.replace("owners: {namespaces: [ml], podSelector: {matchLabels: {team: ml}}}", "owners: {podSelector: {matchLabels: {team: ml}}}")
+
+
+def answer(url: str) -> dict[str, Any]:
+    found: dict[str, Any] = httpx.get(url + "/apis/v1/reservations").json()
+    return found
+
+
+def gauge(url: str, state: str) -> float | None:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith(f'kpe_reservation_slots{{reservation="train",state="{state}"}} '):
+            return float(line.rpartition(" ")[2])
+    return None
+
+
+def leader_and_follower(first: str, second: str) -> tuple[str, str]:
+    wait_for(lambda: any(httpx.get(u + "/apis/v1/gated").json()["leader"] for u in (first, second)), timeout=30)
+    return (first, second) if httpx.get(first + "/apis/v1/gated").json()["leader"] else (second, first)
+
+
+def test_a_neighbour_that_does_not_own_the_reservation_is_never_shown_as_a_slot_s_user_by_the_leader_or_a_follower(tmp_path: Path) -> None:
+    policy = tmp_path / "policies" / "reservation.yaml"
+    policy.parent.mkdir()
+    policy.write_text(SELECTOR_ONLY.replace("SLOTS", "1"))
+    with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
+        api.state.add_node({"metadata": {"name": "node-1", "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
+        with serve(create_app(settings_for(api, tmp_path, policy))) as first, serve(create_app(settings_for(api, tmp_path, policy))) as second:
+            wait_for(lambda: "kpe-train-0" in placeholders(api))
+            api.state.bind(NS, "kpe-train-0", "node-1")
+            leader, follower = leader_and_follower(first, second)
+            wait_for(lambda: slots(leader) == slots(follower) == [("free", "node-1", "kpe-system/kpe-train-0")])
+            held = placeholders(api)["kpe-train-0"]["metadata"]["uid"]
+            # Neighbours in any namespace: only the owners' labels make an owner, and the cache cuts labels of bound pods.
+            for name in ("web-0", "web-1"):
+                api.state.add_pod({"metadata": {"name": name, "namespace": "web", "labels": {"team": "web"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+                api.state.bind("web", name, "node-1")
+            seen: set[tuple[str, str | None, str | None]] = set()
+            until = time.monotonic() + 1.5
+            while time.monotonic() < until:
+                for url in (leader, follower):
+                    seen.update(slots(url))
+                assert gauge(leader, "used") == 0.0, f"kpe_reservation_slots used: {gauge(leader, 'used')}"
+                time.sleep(0.05)
+            assert seen == {("free", "node-1", "kpe-system/kpe-train-0")}
+            assert placeholders(api)["kpe-train-0"]["metadata"]["uid"] == held
+            assert not any(e["reason"] == "ReservedSlotTaken" for e in api.state.events)
+            assert (answer(leader)["source"], answer(follower)["source"]) == ("leader", "recorded")
+            assert answer(follower)["sourceNote"] == (
+                "this replica does not lead: the slots as the leader recorded them in the cluster "
+                "(its placeholders and the owners' kpe.dev/reservation-slot annotations)"
+            )
+            assert gauge(follower, "used") is None and gauge(follower, "free") is None
+
+            # An owner in the same namespace, by its labels, takes the slot; the follower shows it once recorded.
+            api.state.add_pod({"metadata": {"name": "trainer", "namespace": "web", "labels": {"team": "ml"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+            api.state.bind("web", "trainer", "node-1")
+            wait_for(lambda: slots(leader) == slots(follower) == [("used", "node-1", "web/trainer")])
+            assert "kpe-train-0" not in placeholders(api)
+
+
+def test_the_grace_period_is_kept_for_a_placeholder_deleted_after_non_owners_ran_beside_it(tmp_path: Path, caplog: Any) -> None:
+    caplog.set_level("INFO", logger="kpe.reservations")
+    with cluster(tmp_path, slots=1, text=SELECTOR_ONLY) as (api, url, _):
+        wait_for(lambda: "kpe-train-0" in placeholders(api))
+        api.state.bind(NS, "kpe-train-0", "node-1")
+        wait_for(lambda: slots(url) == [("free", "node-1", "kpe-system/kpe-train-0")])
+        api.state.add_pod({"metadata": {"name": "web-0", "namespace": "web", "labels": {"team": "web"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        api.state.bind("web", "web-0", "node-1")
+        time.sleep(1.2)  # several passes with the non-owners (web-0 and the bystander) beside the placeholder
+        api.state.delete("pods", "kpe-train-0", NS)
+        deleted = time.monotonic()
+        wait_for(lambda: "kpe-train-0" in placeholders(api))
+        back = time.monotonic() - deleted
+        assert back >= 0.45, f"the placeholder came back after {back:.2f}s, within the grace period of 0.5s"
+        restored = [e["message"] for e in api.state.events if e["reason"] == "ReservedSlotRestored"]
+        assert restored == ["holds slot 0 of reservation train again (placeholder deleted) (preferring node node-1, where the slot was)"]
+        assert "created placeholder kpe-system/kpe-train-0: placeholder deleted" in caplog.messages
+        assert not [m for m in caplog.messages if "placeholder replaced" in m]
+
+
+def test_a_new_leader_recognises_an_owner_running_in_a_slot_s_room_without_the_annotation_before_it_creates_any_placeholder(tmp_path: Path, caplog: Any) -> None:
+    caplog.set_level("INFO", logger="kpe.reservations")
+    policy = tmp_path / "policies" / "reservation.yaml"
+    policy.parent.mkdir()
+    policy.write_text(RESERVATION.replace("SLOTS", "1"))
+    with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
+        api.state.add_node({"metadata": {"name": "node-1", "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
+        with contextlib.ExitStack() as stack:
+            running = [serve(create_app(settings_for(api, tmp_path, policy))) for _ in range(2)]
+            first, second = (stack.enter_context(r) for r in running)
+            wait_for(lambda: "kpe-train-0" in placeholders(api))
+            api.state.bind(NS, "kpe-train-0", "node-1")
+            leader, follower = leader_and_follower(first, second)
+            wait_for(lambda: slots(follower) == [("free", "node-1", "kpe-system/kpe-train-0")])
+            time.sleep(0.3)
+            running[(first, second).index(leader)].__exit__(None, None, None)  # the leader is gone (its Lease not released)
+            # kube-scheduler evicts the placeholder for an owner and binds it there; nobody annotates it.
+            api.state.delete("pods", "kpe-train-0", NS)
+            owner(api, "trainer")
+            api.state.bind("ml", "trainer", "node-1")
+            creates = len(api.state.requests_to("POST", f"/api/v1/namespaces/{NS}/pods"))
+            wait_for(lambda: httpx.get(follower + "/apis/v1/gated").json()["leader"] is True, timeout=30)
+            wait_for(lambda: (api.state.get_pod("ml", "trainer") or {})["metadata"].get("annotations", {}).get("kpe.dev/reservation-slot") == "train/0")
+            time.sleep(1.0)  # past the grace period
+            assert len(api.state.requests_to("POST", f"/api/v1/namespaces/{NS}/pods")) == creates, "the new leader created a placeholder for a slot in use"
+            assert "kpe-train-0" not in placeholders(api)
+            assert slots(follower) == [("used", "node-1", "ml/trainer")]
+            assert "ml/trainer took slot train/0 on node-1" in caplog.messages

@@ -165,10 +165,10 @@ def test_an_owner_bound_beside_a_free_placeholder_takes_its_slot_and_the_placeho
 
 def test_a_placeholder_deleted_by_someone_else_comes_back_after_the_grace_period_near_its_node() -> None:
     res, memory = reservation(), SlotMemory()
-    run(res, [placeholder(res, 0, "n1"), placeholder(res, 1, "n2")], memory)
-    # An owner that already ran on n1 does not take the vanished slot, nor does a non-owner.
-    memory.bound.add("ml/old")
+    # An owner that already ran on n1 beside the slot's placeholder (it was not read whole
+    # yet) does not take the vanished slot, nor does a non-owner.
     pods = [placeholder(res, 1, "n2"), owner("old", "n1"), owner("web", "n1", namespace="web")]
+    plan([res], [placeholder(res, 0, "n1"), *pods], memory, namespace=NS, owns=lambda r, p: None, now=0.0, grace_s=5.0)
     waiting = run(res, pods, memory, now=1.0)
     assert waiting.idle and states(waiting)[0] == ("missing", "n1", "")
     back = run(res, pods, memory, now=6.0)
@@ -187,9 +187,10 @@ def test_shrinking_or_removing_a_reservation_deletes_only_its_placeholders() -> 
 
 def test_a_placeholder_from_an_older_template_is_replaced() -> None:
     res, memory = reservation(), SlotMemory()
-    old = placeholder(res, 0, "n1", annotations={"kpe.dev/template": "older"})
+    old = placeholder(res, 0, "n1", annotations={"kpe.dev/template": "older"}, uid="u-old")
     result = run(res, [old, placeholder(res, 1, "n2")], memory)
     assert [d.pod for d in result.deletes] == [old] and not result.creates
+    memory.deleted.add("u-old")  # the controller deleted it
     again = run(res, [placeholder(res, 1, "n2")], memory, now=0.1)
     assert [(c.index, c.reason, c.kind) for c in again.creates] == [(0, "placeholder replaced", "restored")]
 

@@ -12,10 +12,26 @@ annotation ``kpe.dev/consumed-slots`` of the Lease ``<--lease-name>-reservations
 so a new leader does not give them back. ``GET /apis/v1/reservations`` shows
 every slot.
 
+Whether a pod owns a reservation is decided on the whole pod (labels and
+namespace) before any claim is planned: kpe's cache keeps bound pods cut to what
+the policies read, so a bound pod that may be a claimant and whose answer is not
+known yet is read from the API server (once per pod and policy generation) and the
+pass planned again with the answer; until it is known the slot is neither claimed
+nor given a placeholder. What a pass publishes (``last``: the status, the metric
+``kpe_reservation_slots``, the homes) is what it did: a claim the API refused shows
+as not made. The controller tells its own deletions from others' by the UIDs it
+deleted (``SlotMemory.deleted``): only a placeholder it deleted itself is replaced
+without the grace period.
+
 Every replica, leader or not, knows where each slot is at home (``homes``): the
-leader from its passes, the others from passes of their own that only look
-(``_track``). Every replica's filter verb keeps non-owners out of a home's room
-while no pod holds it (``engine.reservations.heldroom``).
+leader from its passes, the others from looks of their own (``_track``) that judge
+no pod an owner: a follower shows the slots as the leader recorded them in the
+cluster (placeholders, owners' annotations), and the metric only on the leader.
+A replica that starts leading carries on from its looks' memory (where each slot
+was, since when its placeholder is missing), so an owner already running in a
+slot's room is recognised (by node and ownership) before any placeholder is
+created. Every replica's filter verb keeps non-owners out of a home's room while
+no pod holds it (``engine.reservations.heldroom``).
 
 Events (``reportingComponent: kpe``), on placeholders: ``ReservedSlotHeld`` (created
 for a new slot), ``ReservedSlotRestored`` (created again after it was deleted or
@@ -31,7 +47,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from engine.decisions.evaluation import matching_scopes, request_inputs
 from engine.reservations.heldroom import Home
@@ -41,6 +57,7 @@ from engine.reservations.slots import Claim, Create, Delete, Plan, SlotMemory, k
 
 from server.cluster.kube import ApiError
 from server.cluster.leader import first, micro_time, run_passes
+from server.cluster.trim import is_projected
 from server.state import ServerState
 
 log = logging.getLogger("kpe.reservations")
@@ -48,6 +65,12 @@ STATES = ("free", "pending", "used", "consumed", "missing")
 CREATED = {"new": "ReservedSlotHeld", "restored": "ReservedSlotRestored", "returned": "ReservedSlotReturned"}  # Create.kind -> Event
 DELETED = {"taken": "ReservedSlotTaken", "removed": "ReservedSlotRemoved"}  # Delete.kind -> Event (the others need none)
 CONSUMED_ANNOTATION = "kpe.dev/consumed-slots"  # on the record Lease: "<reservation>/<slot>,..."
+SOURCES = {  # GET /apis/v1/reservations: whose slots a replica shows
+    "leader": "this replica leads: the slots as its controller's last pass left them (owners read whole, claims recorded)",
+    "recorded": "this replica does not lead: the slots as the leader recorded them in the cluster "
+    "(its placeholders and the owners' kpe.dev/reservation-slot annotations)",
+}
+READS = 8  # owners read whole at a time
 
 
 class ReservationController:
@@ -61,6 +84,7 @@ class ReservationController:
         self.resync = resync_s
         self.clock = clock
         self.memory = SlotMemory()
+        self.led = False  # whether ``memory`` is a leader's (else the looks' ``watching`` is the one kept up)
         self.last: Plan | None = None  # the leader's last pass
         self.seen: Plan | None = None  # a follower's last look (``_track``)
         self.watching = SlotMemory()  # what a follower's looks remember
@@ -71,6 +95,7 @@ class ReservationController:
         self.saved: set[tuple[str, int]] | None = None  # consumed slots as last read or written; None: not read yet
         self.placeholders_seen = True  # until a pass has looked: leftovers of removed reservations
         self._owners: dict[tuple[str, str, str], bool] = {}  # (uid, generation, reservation) -> owns, from the whole pod
+        self._owner_generation = ""
         self._singles: dict[str, tuple[str, PolicySet]] = {}
         self.slot_gauge = state.metrics.reservation_slots
         self.placeholder_changes = state.metrics.reservation_placeholders
@@ -86,19 +111,51 @@ class ReservationController:
             self._singles[reservation.name] = cached
         return cached[1]
 
-    def owns(self, policy_set: PolicySet, reservation: Reservation, pod: Mapping[str, Any]) -> bool:
-        """Whether ``pod`` owns ``reservation``. The cache keeps bound pods cut to what the
-        policies read of other pods, so a bound pod's answer is settled on the whole pod
-        (``_verify``) before it claims anything; until then its namespace decides."""
+    def owns(self, policy_set: PolicySet, reservation: Reservation, pod: Mapping[str, Any]) -> bool | None:
+        """Whether ``pod`` owns ``reservation``, judged on the whole pod; None: not known yet.
+        The cache keeps pending and gated pods whole, bound ones cut to what the policies read:
+        a bound pod is judged by an answer from when it was read whole (``_read_whole``), or
+        found not to own a reservation whose owners are in other namespaces."""
         meta = pod.get("metadata") or {}
-        known = self._owners.get((str(meta.get("uid") or ""), policy_set.generation, reservation.name))
+        key = (str(meta.get("uid") or ""), policy_set.generation, reservation.name)
+        known = self._owners.get(key)
         if known is not None:
             return known
         single = self._single(policy_set, reservation)
-        if (pod.get("spec") or {}).get("nodeName"):
-            namespaces = single.policies[0].match.namespaces
-            return namespaces is None or (meta.get("namespace") or "default") in namespaces
-        return bool(matching_scopes(single, pod, request_inputs(pod, None)))
+        cache = self.state.cache
+        if not is_projected(cast(dict[str, Any], pod)) or (cache is not None and cache.projection.whole):
+            answer = bool(matching_scopes(single, pod, request_inputs(pod, None)))
+            self._owners[key] = answer
+            return answer
+        namespaces = single.policies[0].match.namespaces
+        if namespaces is not None and (meta.get("namespace") or "default") not in namespaces:
+            return False
+        return None
+
+    async def _read_whole(self, policy_set: PolicySet, pods: list[Any]) -> None:
+        """Read ``pods`` from the API server and remember whether each owns each reservation."""
+        client = self.state.client
+        assert client is not None
+        wanted = {str((p.get("metadata") or {}).get("uid") or ""): p for p in pods}
+        limit = asyncio.Semaphore(READS)
+
+        async def read(uid: str, cached: Mapping[str, Any]) -> None:
+            meta = cached.get("metadata") or {}
+            async with limit:
+                try:
+                    pod = await client.get_pod(str(meta.get("namespace") or "default"), str(meta.get("name")))
+                except ApiError as exc:
+                    if exc.status != 404:
+                        log.warning("could not read %s to tell whether it owns a reservation: %s", key_of(cached), exc)
+                        return  # still not known: its slot waits for the next pass
+                    pod = None
+            same = pod is not None and str((pod.get("metadata") or {}).get("uid") or "") == uid
+            for reservation in policy_set.reservations:
+                owns = same and pod is not None and bool(matching_scopes(self._single(policy_set, reservation), pod, request_inputs(pod, None)))
+                self._owners[(uid, policy_set.generation, reservation.name)] = owns
+            log.debug("read %s whole: owns %s", key_of(cached), sorted(r.name for r in policy_set.reservations if self._owners.get((uid, policy_set.generation, r.name))) or "no reservation")
+
+        await asyncio.gather(*(read(uid, pod) for uid, pod in wanted.items() if uid))
 
     async def _verify(self, policy_set: PolicySet, claim: Claim) -> dict[str, Any] | None:
         """The owner, read whole, if it still owns the reservation and has no slot."""
@@ -119,38 +176,57 @@ class ReservationController:
         return pod if owns and not taken else None
 
     # -- a pass ----------------------------------------------------------------
-    def compute(self, memory: SlotMemory) -> Plan:
+    def compute(self, memory: SlotMemory, *, look: bool = False, pods: list[Any] | None = None) -> Plan:
+        """A pass's plan over the cache's pods. ``look``: judge no pod an owner (what a
+        follower shows: only the claims the leader recorded make a slot used)."""
         policy_set = self.state.store.current
         cache = self.state.cache
         assert cache is not None
+        if policy_set.generation != self._owner_generation:
+            self._owners = {k: v for k, v in self._owners.items() if k[1] == policy_set.generation}
+            self._owner_generation = policy_set.generation
         return plan(
-            policy_set.reservations, cache.pods(), memory, namespace=self.namespace,
-            owns=lambda r, p: self.owns(policy_set, r, p), now=self.clock(), grace_s=self.grace,
+            policy_set.reservations, cache.pods() if pods is None else pods, memory, namespace=self.namespace,
+            owns=(lambda r, p: None) if look else (lambda r, p: self.owns(policy_set, r, p)), now=self.clock(), grace_s=self.grace,
         )
 
     async def reconcile(self) -> Plan | None:
         policy_set = self.state.store.current
+        if not self.led:
+            # Leading from now on: carry on from what this replica's looks remembered, so a slot
+            # whose placeholder vanished is still known where it was (and since when).
+            self.memory, self.watching, self.seen, self.led = self.watching, SlotMemory(), None, True
         if not policy_set.reservations and not self.placeholders_seen:
             self.homes = {}
             return None  # nothing reserved and nothing left over: no pass over every pod
         if self.saved is None and any(not r.return_slots for r in policy_set.reservations):
             await self._load_consumed()
-        result = self.compute(self.memory)
+        cache = self.state.cache
+        assert cache is not None
+        pods = cache.pods()
+        if len(self._owners) > 4 * len(pods) + 1000:  # answers for pods long gone
+            present = {str((p.get("metadata") or {}).get("uid") or "") for p in pods}
+            self._owners = {k: v for k, v in self._owners.items() if k[0] in present}
+        trial = copy.deepcopy(self.memory)
+        result = self.compute(trial, pods=pods)
+        if result.undecided:
+            # Ownership first: read the pods that may claim a slot whole, then plan with the answers.
+            await self._read_whole(policy_set, result.undecided)
+            result = self.compute(self.memory, pods=pods)
+        else:
+            self.memory = trial
         self.homes = result.homes
         self.placeholders_seen = bool(policy_set.reservations) or bool(result.deletes)
-        failed: list[Any] = []
-        for claim in result.claims:
+        for claim in list(result.claims):
             if not await self._take(policy_set, claim):
-                failed.append(claim.placeholder)
-                self.memory.used_by.pop((claim.reservation, claim.index), None)  # it never used the slot
+                result.unclaim(claim, self.memory)  # it never used the slot: the status and metric say so
         for delete in result.deletes:
-            if any(delete.pod is p for p in failed if p is not None):
-                continue
             await self._delete(delete)
         for create in result.creates:
             await self._create(create)
         for (name, index), owner in result.returned:
             log.info("slot %s/%d returned: %s ended", name, index, owner)
+        self.homes = result.homes
         self.last = result
         self._export(result)
         if self.saved is not None and self.memory.consumed != self.saved:
@@ -217,9 +293,12 @@ class ReservationController:
         assert client is not None
         pod, reason = delete.pod, delete.reason
         meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        self.memory.deleted.add(uid)  # kpe's own: its slot needs no grace period once it is gone
         try:
-            await client.delete_pod(self.namespace, str(meta.get("name")), uid=str(meta.get("uid") or ""), grace_seconds=0)
+            await client.delete_pod(self.namespace, str(meta.get("name")), uid=uid, grace_seconds=0)
         except ApiError as exc:
+            self.memory.deleted.discard(uid)  # 404: someone else deleted it; 409: another pod by now
             if exc.status not in (404, 409):
                 log.warning("could not delete placeholder %s: %s", key_of(pod), exc)
             return
@@ -241,6 +320,7 @@ class ReservationController:
             if exc.status != 409:  # 409: it exists (another replica's, or still terminating)
                 log.warning("could not create placeholder %s/%s: %s", self.namespace, pod["metadata"]["name"], exc)
             return
+        self.memory.created((reservation.name, index), str((created.get("metadata") or {}).get("uid") or ""))
         self.placeholder_changes.labels(reservation.name, "created").inc()
         log.info("created placeholder %s/%s: %s", self.namespace, pod["metadata"]["name"], reason)
         where = f" (preferring node {near}, where the slot was)" if near else ""
@@ -282,7 +362,10 @@ class ReservationController:
         assert cache is not None
 
         def follow() -> None:
-            self.memory = SlotMemory()  # a leader again later starts from the cluster
+            if self.led:  # just stopped leading: the looks carry on from the leader's memory
+                self.watching, self.memory, self.led = self.memory, SlotMemory(), False
+                self.last = None
+                self.slot_gauge.clear()  # the metric is the leader's
             self.saved = None
 
         tracking = asyncio.create_task(self._track(stop, leading), name="reservation-homes")
@@ -308,12 +391,11 @@ class ReservationController:
                 await first(*((stop, changed, reloaded) if self.state.store.current.reservations else (stop, reloaded)), timeout=self.resync)
                 changed.clear()
                 reloaded.clear()
-                if leading.is_set() or not cache.synced.is_set():
-                    self.watching, self.seen = SlotMemory(), None  # the leader's passes keep the homes
-                    continue
+                if leading.is_set() or self.led or not cache.synced.is_set():
+                    continue  # the leader's passes keep the homes (and ``watching`` is handed to them)
                 try:
                     if self.state.store.current.reservations:
-                        self.seen = self.compute(self.watching)
+                        self.seen = self.compute(self.watching, look=True)
                         self.homes = self.seen.homes
                     else:
                         self.seen, self.homes = None, {}
@@ -325,21 +407,24 @@ class ReservationController:
 
     def latest(self) -> Plan | None:
         """The last pass (leading) or look (following): the slots as this replica knows them."""
-        leading = self.state.elector is not None and self.state.elector.is_leader
-        return self.last if leading else self.seen
+        return self.last if self.led else self.seen
 
     def status(self) -> dict[str, Any]:
-        """Every reservation and slot: as the leader's last pass saw them, or (a follower,
-        or the set just changed) as a pass would see them now, without acting."""
+        """Every reservation and slot. Leading: as the controller's last pass left them;
+        following: as the leader recorded them in the cluster (this replica's last look).
+        When the set just changed, a look now (no pod judged an owner, nothing done)."""
         policy_set = self.state.store.current
-        leading = self.state.elector is not None and self.state.elector.is_leader
+        leading = self.led and self.state.elector is not None and self.state.elector.is_leader
         shape = {r.name: r.slots for r in policy_set.reservations}
-        last = self.last
-        if leading and last is not None and {name: len(slots) for name, slots in last.slots.items()} == shape:
-            result = last  # what the controller itself saw at its last pass
+        last = self.last if leading else self.seen
+        if last is not None and {name: len(slots) for name, slots in last.slots.items()} == shape:
+            result = last
         else:
-            result = self.compute(copy.deepcopy(self.memory))
+            result = self.compute(copy.deepcopy(self.memory if leading else self.watching), look=True)
+        source = "leader" if leading else "recorded"
         return {
+            "source": source,
+            "sourceNote": SOURCES[source],
             "reservations": [
                 {
                     "name": r.name,
