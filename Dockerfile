@@ -13,6 +13,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY engine/ engine/
 COPY server/ server/
+COPY schemas/ schemas/
 # Every dependency publishes wheels for CPython 3.11 on linux amd64 and arm64, so
 # this stage needs no compiler either; a platform without them would need
 # build-essential here (in this stage only).

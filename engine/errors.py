@@ -25,6 +25,7 @@ CODES = {
     "KPE304": "variable refers to a later or unknown variable",
     "KPE305": "scope not available in this expression",
     "KPE306": "estimated worst-case cost over the limit",
+    "KPE307": "field not in the Kubernetes object's schema",
     "KPE400": "duplicate policy name",
     "KPE401": "duplicate rule or variable name",
     "KPE402": "the policy set is empty",

@@ -560,3 +560,18 @@ def test_dockerfile_final_stage_is_non_root_and_has_no_build_tools(objects: list
     assert yaml.safe_load(entrypoint.split(None, 1)[1]) == ["kpe", "serve", "--host", "0.0.0.0"]
     exposed = [int(p) for i in final if i.upper().startswith("EXPOSE ") for p in i.split()[1:]]
     assert exposed == [p["containerPort"] for p in container(objects)["ports"]]
+
+
+def test_the_image_builds_every_package_the_project_ships_with_its_data() -> None:
+    """The builder stage copies each top-level package pyproject.toml ships (a package left out
+    is missing from the wheel: without schemas/ no policy could load in the image), and the wheel's
+    package data covers every data file under schemas/."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    shipped = [name.rstrip("*") for name in project["tool"]["setuptools"]["packages"]["find"]["include"]]
+    copies = [i.split()[1].rstrip("/") for i in dockerfile_stages()[0] if i.upper().startswith("COPY ")]
+    assert sorted(p for p in shipped if p not in copies) == []
+    patterns = project["tool"]["setuptools"]["package-data"]["schemas"]
+    data = sorted(str(p.relative_to(ROOT / "schemas")) for p in (ROOT / "schemas").rglob("*.json"))
+    assert data and [f for f in data if not any(Path(f).match(pattern) and f.count("/") == pattern.count("/") for pattern in patterns)] == []

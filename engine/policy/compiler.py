@@ -5,7 +5,10 @@ Every expression is compiled with exactly the variables its kind may read
 use; the checks a policy author would otherwise meet at run time happen here:
 unknown identifiers and functions, operators on the wrong types, a filter that
 cannot be a bool, a score that cannot be a number, a variable used before it
-is defined, and duplicate names.
+is defined, and duplicate names. Every expression is also type-checked against
+the Kubernetes schemas of the objects it reads (``engine.cel.checker.types``):
+fields the objects do not have (KPE307) and operators or functions applied to
+types they cannot take (KPE302), with each variable typed by its expression.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from typing import Any
 from engine import cel
 from engine.cel.parser import ast as cel_ast
 from engine.cel.checker import cost as cel_cost
+from engine.cel.checker import schema as cel_schema
 from engine.cel.checker import shapes as cel_shapes
+from engine.cel.checker import types as cel_types
+from engine.cel.checker.typemodel import Type as CelType
 from engine.cel.parser.parser import parse as parse_cel
 from engine.policy.documents import Document, Path, format_path
 from engine.errors import Location, PolicyError
@@ -92,7 +98,11 @@ class _PolicyCompiler:
         self.errors: list[PolicyError] = []
         self.variables: dict[str, Variable] = {}
         self.broken: set[str] = set()
-        self.roots = cel_shapes.kubernetes_roots(self.spec.get("params") if isinstance(self.spec, dict) else None)
+        params = self.spec.get("params") if isinstance(self.spec, dict) else None
+        self.roots = cel_shapes.kubernetes_roots(params)
+        # The types of what expressions read: the Kubernetes schemas, params from their values.
+        self.types = cel_schema.kubernetes_types(params)
+        self.variable_types: dict[str, CelType] = {}
 
     def error(self, code: str, path: Path, message: str, *, snippet: str = "", location: Location | None = None, key: bool = False) -> None:
         self.errors.append(
@@ -157,8 +167,18 @@ class _PolicyCompiler:
             code = "KPE301" if "undeclared reference" in exc.message else "KPE302"
             self._cel_error(code, path, text, exc, scope=scope_kind)
             return None
+        checked = cel_types.check(root, self.types, self.variable_types)
+        for problem in checked.problems:
+            code = "KPE307" if problem.kind == cel_types.UNKNOWN_FIELD else "KPE302"
+            self._cel_error(code, path, text, cel.CompileError(problem.message, text=text, offset=problem.offset))
+        if checked.problems:
+            return None
+        if kind == "variable":
+            self.variable_types[self.spec["variables"][path[2]]["name"]] = checked.type
         wanted = RESULT_TYPES.get(kind)
         actual = program.result_type
+        if actual == "dyn" and checked.type.name not in ("dyn", "optional", "null_type"):
+            actual = str(checked.type)  # what the schemas tell of a field, a function's result...
         if wanted and actual not in ("dyn", "optional") and actual not in wanted:
             need = " or ".join(wanted) if kind != "score" else "an int or double"
             self.error("KPE303", path, f"{_KIND_TEXT.get(kind, kind)} expression must give {need}, but it gives {actual}")

@@ -26,6 +26,7 @@ from .controlplane import (
     binaries_present,
     control_plane,
     free_port,
+    free_ports,
     kpe_executable,
     start,
     wait_until,
@@ -131,7 +132,8 @@ class Cluster:
 
     def start_kpe(self, *, identity: str = "kpe-a", extra: tuple[str, ...] = (), ports: dict[str, int] | None = None) -> Kpe:
         """``ports``: a stopped kpe's, so that its callers (a scheduler's configuration) reach the new one."""
-        ports = dict(ports) if ports else {surface: free_port() for surface in ("scheduler", "webhook", "introspection", "health")}
+        surfaces = ("scheduler", "webhook", "introspection", "health")
+        ports = dict(ports) if ports else dict(zip(surfaces, free_ports(len(surfaces))))
         cert = self.ca.issue_cert("127.0.0.1", "localhost")
         cert_file, key_file = self.workdir / f"{identity}.crt", self.workdir / f"{identity}.key"
         cert.cert_chain_pems[0].write_to_path(str(cert_file))

@@ -51,6 +51,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` different free ports: each socket stays bound until all are chosen (a port
+    closed and asked for again may come back, and kpe refuses two surfaces on one port)."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+
+
 def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
     """Poll ``check`` until it returns something truthy; fail the test with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout

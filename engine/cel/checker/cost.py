@@ -25,9 +25,9 @@ from functools import lru_cache
 from typing import Any
 
 from engine.cel.parser import ast
-from engine.cel.limits import FIND_RESULT_UNITS, regex_factor, scan_units
+from engine.cel.limits import FIND_RESULT_UNITS, MAX_LIST_SIZE as MAX_RANGE, regex_factor, scan_units
 
-from engine.cel.checker.shapes import DEFAULT_LIST, GENERIC, LABEL_KEY_CHARS, SCALAR, SCALAR_CHARS, Shape, join, of_value, string
+from engine.cel.checker.shapes import DEFAULT_LIST, DEFAULT_STRING, GENERIC, LABEL_KEY_CHARS, SCALAR, SCALAR_CHARS, Shape, join, of_value, string
 
 # -- the estimate ----------------------------------------------------------------
 
@@ -218,6 +218,8 @@ class _Estimator:
             if name in _SAME_SIZE:
                 shape = string(s.chars)
             inner = f"{name}() over a string of up to {s.chars:,} characters"
+        elif name in _LIST_RESULTS and s.kind in ("list", "any") and target is not None:
+            extra, shape, inner = _list_function(name, s, node.args)
         elif name in _SAME_SIZE:
             shape = string(s.chars)
         elif name in _LIST_SCANS and s.kind in ("list", "any"):
@@ -249,6 +251,18 @@ class _Estimator:
         elif name == "strings.quote":
             shape = string(2 * s.chars + 2)
             extra = scan_units(shape.chars)
+        elif name in _SETS and len(args) == 2:
+            pairs = _SETS[name] * args[0].shape.items * args[1].shape.items
+            extra, inner = pairs, f"{name}() over {args[0].shape.items:,} x {args[1].shape.items:,} items"
+        elif name == "lists.range":
+            n = node.args[0].value if node.args and isinstance(node.args[0], ast.Literal) and type(node.args[0].value) is int else MAX_RANGE
+            n = min(max(n, 0), MAX_RANGE)
+            extra, shape, inner = n, Shape("list", items=n, item=SCALAR), f"lists.range() building a list of up to {n:,} items"
+        elif name == "validate" and rest:
+            regex = _format_regex_size(node.target)
+            extra = scan_units(rest[0].shape.chars + 1) * regex_factor(regex)
+            shape = Shape("list", items=DEFAULT_LIST, item=string(DEFAULT_STRING))
+            inner = f"validate() of a string of up to {rest[0].shape.chars:,} characters"
         elif name in _KUBE:
             extra, shape, inner = _KUBE[name]([a.shape for a in args])
         elif name in ("orValue", "or", "optional.of", "optional.ofNonZeroValue", "value", "dyn"):
@@ -294,6 +308,41 @@ class _Estimator:
             shape = Shape("list", items=n, item=item)
         total = rng.cost + n * step
         return _Part(total, shape, why if n * step >= rng.cost else rng.why)
+
+
+# -- cel-go's lists and sets extensions, Kubernetes' format library (ext/lists.py, sets.py,
+# comprehensions.py, format.py): their run-time COSTS, for the largest lists the shapes allow.
+_LIST_RESULTS = frozenset(("reverse", "slice", "flatten", "distinct", "sort", "sortBy", "transformMapEntry"))
+_SETS = {"sets.contains": 1, "sets.intersects": 1, "sets.equivalent": 2}
+
+
+def _list_function(name: str, s: Shape, args: tuple[ast.Node, ...]) -> tuple[int, Shape, str]:
+    n = s.items
+    if name == "distinct":
+        return n * n, s, f"distinct() over a list of up to {n:,} items"
+    if name == "flatten":
+        depth = args[0].value if args and isinstance(args[0], ast.Literal) and type(args[0].value) is int else 1
+        items, item = n, s
+        for _ in range(max(min(depth, 4), 1)):
+            items, item = items * max(item.element().items, 1), item.element()
+        items = min(items, MAX_RANGE)
+        return n + items, Shape("list", items=items, item=item.element()), f"flatten() of a list of up to {n:,} items"
+    if name == "transformMapEntry":
+        entries = n * max(s.element().items, 1)
+        return entries, Shape("map", items=entries, item=s.element().element(), key=s.element().map_key()), ""
+    if name == "sortBy":  # over the [element, key] pairs the macro builds
+        return n, Shape("list", items=n, item=s.element().element()), ""
+    return (n if name in ("slice", "sort") else 0), s, ""
+
+
+def _format_regex_size(target: ast.Node | None) -> int:
+    """The regex size Kubernetes prices a format's validate() at (the largest, unless
+    the format is named in place: ``format.dns1123Label().validate(s)``)."""
+    from engine.cel.ext.format import FORMATS
+
+    if isinstance(target, ast.Call) and isinstance(target.target, ast.Ident) and target.target.name == "format" and target.function in FORMATS:
+        return FORMATS[target.function].max_regex_size
+    return max(f.max_regex_size for f in FORMATS.values())
 
 
 @lru_cache(maxsize=1)

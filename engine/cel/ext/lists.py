@@ -1,5 +1,9 @@
 """Kubernetes' CEL lists library (k8s.io/apiserver/pkg/cel/library/lists.go):
-``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf`` on lists.
+``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf`` on lists; and
+cel-go's lists extension (``ext.Lists()``, version 3 in Kubernetes' base environment
+since 1.34): ``lists.range``, ``distinct``, ``flatten``, ``reverse``, ``slice``,
+``sort`` and the ``sortBy`` macro (the parser expands ``l.sortBy(e, key)`` to
+``l.map(e, [e, key]).sortBy()``, which ``sort_by_keys`` below sorts).
 
 Kubernetes declares these only for lists of one comparable (or summable) element type
 and rejects the rest when it type-checks; here the same limits are checked per call.
@@ -105,11 +109,121 @@ def last_index_of(lst: Any, item: Any) -> int:
     return -1
 
 
+# -- cel-go's lists extension -------------------------------------------------------------
+
+MAX_RANGE: Final = 1_000_000  # cel-go's defaultMaxRangeSize
+
+
+def lists_range(n: Any) -> list[int]:
+    if type(n) is not int:
+        raise no_such_overload("lists.range", n)
+    if n < 0:
+        raise EvalError(f"lists.range: size must be non-negative, got {n}")
+    if n > MAX_RANGE:
+        raise EvalError(f"lists.range: size {n} exceeds maximum allowed ({MAX_RANGE})")
+    return list(range(n))
+
+
+def reverse(lst: Any) -> list[Any]:
+    return list(reversed(lst))
+
+
+def list_slice(lst: Any, start: Any = None, end: Any = None) -> list[Any]:
+    if type(start) is not int or type(end) is not int:
+        raise no_such_overload("slice", lst, start, end)
+    if start < 0 or end < 0:
+        raise EvalError(f"cannot slice({start}, {end}), negative indexes not supported")
+    if start > end:
+        raise EvalError(f"cannot slice({start}, {end}), start index must be less than or equal to end index")
+    if len(lst) < end:
+        raise EvalError(f"cannot slice({start}, {end}), list is length {len(lst)}")
+    return list(lst[start:end])
+
+
+def flatten(lst: Any, depth: Any = 1) -> list[Any]:
+    if type(depth) is not int:
+        raise no_such_overload("flatten", lst, depth)
+    if depth < 0:
+        raise EvalError("level must be non-negative")
+    out: list[Any] = []
+    for item in lst:
+        if type(item) in (list, tuple) and depth > 0:
+            out.extend(flatten(item, depth - 1))
+        else:
+            out.append(item)
+    return out
+
+
+def distinct(lst: Any) -> list[Any]:
+    """The first of each run of equal elements (CEL equality: ``1`` and ``1.0`` are one)."""
+    out: list[Any] = []
+    for item in lst:
+        if not any(operators.equals(item, seen) for seen in out):
+            out.append(item)
+    return out
+
+
+def _sortable(value: Any) -> bool:
+    return type(value) in _ORDERED or bool(getattr(type(value), "cel_ordered", False))
+
+
+def _sorted_by(items: list[Any], keys: list[Any]) -> list[Any]:
+    """``items`` in the order of their ``keys``: one comparable type (cel-go's
+    ``sortListByAssociatedKeys``; equal keys keep their order)."""
+    if not items:
+        return []
+    first = keys[0]
+    if not _sortable(first):
+        raise EvalError("list elements must be comparable")
+    if any(type(k) is not type(first) for k in keys):
+        raise EvalError("list elements must have the same type")
+    order = sorted(range(len(items)), key=lambda i: keys[i])
+    return [items[i] for i in order]
+
+
+def sort(lst: Any) -> list[Any]:
+    return _sorted_by(list(lst), list(lst))
+
+
+def sort_by_keys(pairs: Any) -> list[Any]:
+    """The ``sortBy`` macro's second half: ``[[element, key], ...]`` to the elements in key order."""
+    if any(type(p) not in (list, tuple) or len(p) != 2 for p in pairs):
+        raise EvalError("sortBy() takes a variable name and a key expression: l.sortBy(e, key)")
+    return _sorted_by([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def _flat_count(lst: Any, depth: Any) -> int:
+    if type(depth) is not int or depth < 0:
+        return 0
+    n = len(lst)
+    if depth > 0:
+        n += sum(_flat_count(x, depth - 1) for x in lst if type(x) in (list, tuple))
+    return n
+
+
+# Run-time cost (limits.py's units): one per element read or built, as a comprehension
+# over the list would be; distinct compares every pair.
+def _length_cost(lst: Any = (), *_: Any) -> int:
+    return len(lst) if type(lst) in (list, tuple) else 0
+
+
+def _range_cost(n: Any = 0, *_: Any) -> int:
+    return n if type(n) is int and 0 < n <= MAX_RANGE else 0
+
+
+def _flatten_cost(lst: Any = (), depth: Any = 1, *_: Any) -> int:
+    return _flat_count(lst, depth) if type(lst) in (list, tuple) else 0
+
+
+def _distinct_cost(lst: Any = (), *_: Any) -> int:
+    return len(lst) * len(lst) if type(lst) in (list, tuple) else 0
+
+
 def _on_lists(fn: Any) -> dict[type, Any]:
     return {list: fn, tuple: fn}
 
 
-FUNCTIONS: dict[str, Any] = {}
+FUNCTIONS: dict[str, Any] = {"lists.range": lists_range}
 
 METHODS: dict[str, dict[type, Any]] = {
     "isSorted": _on_lists(is_sorted),
@@ -118,6 +232,24 @@ METHODS: dict[str, dict[type, Any]] = {
     "max": _on_lists(list_max),
     "indexOf": _on_lists(index_of),
     "lastIndexOf": _on_lists(last_index_of),
+    "reverse": _on_lists(reverse),  # string.reverse() is the strings extension's
+    "slice": _on_lists(list_slice),
+    "flatten": _on_lists(flatten),
+    "distinct": _on_lists(distinct),
+    "sort": _on_lists(sort),
+    "sortBy": _on_lists(sort_by_keys),
 }
 
-RESULT_TYPES: dict[str, str] = {"isSorted": "bool", "indexOf": "int", "lastIndexOf": "int"}
+RESULT_TYPES: dict[str, str] = {
+    "isSorted": "bool", "indexOf": "int", "lastIndexOf": "int",
+    "lists.range": "list", "slice": "list", "flatten": "list", "distinct": "list", "sort": "list", "sortBy": "list",
+}
+
+COSTS: dict[str, Any] = {
+    "lists.range": _range_cost,
+    "slice": _length_cost,
+    "flatten": _flatten_cost,
+    "distinct": _distinct_cost,
+    "sort": _length_cost,
+    "sortBy": _length_cost,
+}

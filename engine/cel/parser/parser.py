@@ -270,17 +270,29 @@ class _Parser:
                 raise self.error("invalid argument to has() macro", offset)
             return ast.Has(arg.operand, arg.field, offset=offset)
         if target is not None:
+            expansion = _EXPANSIONS.get((name, len(args)))
+            if expansion is not None:
+                # A comprehension that collects what the library method then finishes:
+                # l.sortBy(e, key) -> l.map(e, [e, key]).sortBy() (cel-go's lists extension);
+                # r.transformMapEntry(k, v, [filter,] m) -> r.transformList(k, v, [filter,] m)
+                # .transformMapEntry(), which merges the maps (cel-go's two-variable comprehensions).
+                inner = self.comprehension(expansion, target, args, offset, macro=name)
+                if name == "sortBy":
+                    assert isinstance(inner, ast.Comprehension) and inner.transform is not None
+                    pair = ast.ListLit((ast.Ident(inner.var, offset=offset), inner.transform), offset=offset)
+                    inner = ast.Comprehension("map", target, inner.var, None, None, pair, offset=offset)
+                return ast.Call(name, (), inner, offset=offset)
             macro = _MACROS.get((name, len(args)))
             if macro is not None:
                 return self.comprehension(macro, target, args, offset)
         return ast.Call(name, tuple(args), target, offset=offset)
 
-    def comprehension(self, spec: tuple[str, int], target: ast.Node, args: list[ast.Node], offset: int) -> ast.Node:
+    def comprehension(self, spec: tuple[str, int], target: ast.Node, args: list[ast.Node], offset: int, macro: str = "") -> ast.Node:
         kind, nvars = spec
         names: list[str] = []
         for arg in args[:nvars]:
             if not isinstance(arg, ast.Ident) or arg.name.startswith("."):
-                raise self.error(f"argument of {kind}() must be a simple name", arg.offset)
+                raise self.error(f"argument of {macro or kind}() must be a simple name", arg.offset)
             names.append(arg.name)
         rest = args[nvars:]
         var, var2 = names[0], (names[1] if nvars == 2 else None)
@@ -312,4 +324,12 @@ _MACROS: dict[tuple[str, int], tuple[str, int]] = {
     ("transformMap", 4): ("transformMap", 2),
     ("optMap", 2): ("optMap", 1),
     ("optFlatMap", 2): ("optFlatMap", 1),
+}
+
+# Macros that expand to a comprehension and a call of the library method of the same
+# name on its result (see ``_Parser.call``): (name, argument count) -> the comprehension.
+_EXPANSIONS: dict[tuple[str, int], tuple[str, int]] = {
+    ("sortBy", 2): ("map", 1),
+    ("transformMapEntry", 3): ("transformList", 2),
+    ("transformMapEntry", 4): ("transformList", 2),
 }
