@@ -30,7 +30,7 @@ spec:
     resources: {requests: {cpu: "2"}}
 """
 # 5 CPUs: a bystander's 2, the slot's 2, and 1 for anyone.
-NODES = [{"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "5"}}}, {"metadata": {"name": "n2"}, "status": {"allocatable": {"cpu": "1"}}}]
+NODES = [{"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "5", "pods": "110"}}}, {"metadata": {"name": "n2"}, "status": {"allocatable": {"cpu": "1", "pods": "110"}}}]
 BYSTANDER = {"metadata": {"name": "bystander", "namespace": "web", "uid": "b"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}, "status": {"phase": "Running"}}
 
 

@@ -40,7 +40,7 @@ def cluster(tmp_path: Path, slots: int = 2, *, text: str = RESERVATION) -> Itera
     policy.write_text(text.replace("SLOTS", str(slots)))
     with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
         for name in ("node-1", "node-2"):
-            api.state.add_node({"metadata": {"name": name, "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
+            api.state.add_node({"metadata": {"name": name, "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4", "pods": "110"}}})
         api.state.add_pod({"metadata": {"name": "bystander", "namespace": "web"}, "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "x"}]}})
         with serve(create_app(settings_for(api, tmp_path, policy))) as url:
             wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
@@ -144,7 +144,7 @@ def test_a_slot_that_is_not_returned_stays_used_up_when_the_leader_changes(tmp_p
     policy.parent.mkdir()
     policy.write_text(RESERVATION.replace("SLOTS", "1").replace("  owners:", "  returnSlots: false\n  owners:"))
     with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
-        api.state.add_node({"metadata": {"name": "node-1", "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
+        api.state.add_node({"metadata": {"name": "node-1", "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4", "pods": "110"}}})
         with serve(create_app(settings_for(api, tmp_path, policy))) as url:
             wait_for(lambda: "kpe-train-0" in placeholders(api))
             api.state.bind(NS, "kpe-train-0", "node-1")
@@ -235,7 +235,7 @@ def test_a_replica_that_does_not_lead_keeps_non_owners_out_of_room_in_transit_to
     policy.write_text(RESERVATION.replace("SLOTS", "1"))
     with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
         for name in ("node-1", "node-2"):
-            api.state.add_node({"metadata": {"name": name, "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
+            api.state.add_node({"metadata": {"name": name, "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4", "pods": "110"}}})
         with serve(create_app(settings_for(api, tmp_path, policy))) as first, serve(create_app(settings_for(api, tmp_path, policy))) as second:
             wait_for(lambda: "kpe-train-0" in placeholders(api))
             api.state.bind(NS, "kpe-train-0", "node-1")
@@ -275,7 +275,7 @@ def test_a_neighbour_that_does_not_own_the_reservation_is_never_shown_as_a_slot_
     policy.parent.mkdir()
     policy.write_text(SELECTOR_ONLY.replace("SLOTS", "1"))
     with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
-        api.state.add_node({"metadata": {"name": "node-1", "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
+        api.state.add_node({"metadata": {"name": "node-1", "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4", "pods": "110"}}})
         with serve(create_app(settings_for(api, tmp_path, policy))) as first, serve(create_app(settings_for(api, tmp_path, policy))) as second:
             wait_for(lambda: "kpe-train-0" in placeholders(api))
             api.state.bind(NS, "kpe-train-0", "node-1")
@@ -336,7 +336,7 @@ def test_a_new_leader_recognises_an_owner_running_in_a_slot_s_room_without_the_a
     policy.parent.mkdir()
     policy.write_text(RESERVATION.replace("SLOTS", "1"))
     with FakeApiServer(bookmark_interval=0.2, priority_classes={"kpe-placeholder": -100}) as api:
-        api.state.add_node({"metadata": {"name": "node-1", "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4"}}})
+        api.state.add_node({"metadata": {"name": "node-1", "labels": {"pool": "gpu"}}, "status": {"allocatable": {"cpu": "4", "pods": "110"}}})
         with contextlib.ExitStack() as stack:
             running = [serve(create_app(settings_for(api, tmp_path, policy))) for _ in range(2)]
             first, second = (stack.enter_context(r) for r in running)

@@ -12,8 +12,17 @@ and engine/cel/ext/kuberesources.py):
 - TaintToleration: the first NoSchedule/NoExecute taint the pod does not
   tolerate (unresolvable);
 - NodeAffinity: ``spec.nodeSelector`` and required node affinity (unresolvable);
-- NodeResourcesFit: "Too many pods" and "Insufficient <resource>" per resource
-  the pod requests, against allocatable minus the requests in ``nodeInfo``
+  where every required term names nodes with a ``matchFields`` ``metadata.name In``,
+  its PreFilter keeps only those nodes and the scheduler says of the others
+  "node(s) didn't satisfy plugin(s) [NodeAffinity]" (no other filter runs
+  there), or "pod affinity terms conflict" of every node when the terms name no
+  node in common;
+- NodeResourcesFit: "Too many pods" (a node without ``status.allocatable.pods``
+  has room for none) and "Insufficient <resource>" per resource the pod requests
+  that the scheduler counts (cpu, memory, ephemeral-storage and the scalar
+  resources: extended, ``hugepages-*``, ``*kubernetes.io/*``,
+  ``attachable-volumes-*``), against allocatable minus the requests in
+  ``nodeInfo``, in the scheduler's integer units (kuberesources.scheduler_units)
   (resolvable by eviction, unless the pod asks for more than the node's
   allocatable at all, which the scheduler marks unresolvable too).
 
@@ -89,12 +98,47 @@ def _cannot_tell(verdict: KubeVerdict) -> bool:
     return any(r.startswith("kpe cannot tell: ") for r in verdict.reasons)
 
 
+NOT_IN_PREFILTER = "node(s) didn't satisfy plugin(s) [NodeAffinity]"
+AFFINITY_CONFLICT = "pod affinity terms conflict"
+
+
+def prefilter_node_names(pod: Mapping[str, Any]) -> set[str] | None:
+    """NodeAffinity's PreFilter: the node names the pod's required node affinity is limited
+    to, or None for every node. Only when every term has a ``matchFields`` ``metadata.name``
+    ``In`` requirement: a term's such requirements intersect, the terms unite."""
+    spec = pod.get("spec")
+    affinity = spec.get("affinity") if isinstance(spec, Mapping) else None
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node_affinity, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if not isinstance(terms, list) or not terms:
+        return None
+    names: set[str] = set()
+    for term in terms:
+        fields = term.get("matchFields") if isinstance(term, Mapping) else None
+        term_names: set[str] | None = None
+        for r in fields if isinstance(fields, list) else ():
+            if isinstance(r, Mapping) and r.get("key") == "metadata.name" and r.get("operator") == "In":
+                values = {v for v in r.get("values") or () if isinstance(v, str)}
+                term_names = values if term_names is None else term_names & values
+        if term_names is None:
+            return None  # a term without node names: every node may match it
+        names |= term_names
+    return names
+
+
 def placement(pod: Mapping[str, Any], node: Mapping[str, Any]) -> KubeVerdict:
     """NodeUnschedulable, TaintToleration and NodeAffinity: what does not depend on the pods
     on the node (all unresolvable)."""
     name = str((node.get("metadata") or {}).get("name") or "")
     verdict = KubeVerdict(name)
     pod_d, node_d = dict(pod), dict(node)
+    only = prefilter_node_names(pod)
+    if only is not None and name not in only:
+        # The scheduler's PreFilter dropped the node: no filter runs on it.
+        verdict.reasons.append(AFFINITY_CONFLICT if not only else NOT_IN_PREFILTER)
+        verdict.unresolvable = True
+        return verdict
     try:
         spec = node.get("spec") or {}
         if spec.get("unschedulable") is True and not kubescheduling.pod_tolerates_taint_fn(pod_d, dict(UNSCHEDULABLE_TAINT)):
@@ -130,25 +174,39 @@ def insufficient(
     reasons: list[str] = []
     unresolvable = False
     try:
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        if "pods" in allocatable and kuberesources.node_free(node_d, info, "pods", _FN).compare(_ONE) < 0:
+        # AllowedPodNumber is 0 on a node without allocatable pods: no pod fits there.
+        if kuberesources.node_free(node_d, info, "pods", _FN).compare(_ONE) < 0:
             reasons.append("Too many pods")
         requests = requests if requests is not None else pod_requests(pod)
-        order = [r for r in FIRST_RESOURCES if r in requests] + sorted(r for r in requests if r not in FIRST_RESOURCES and r != "pods")
-        for resource in order:
-            wanted = requests[resource]
-            if wanted.sign() <= 0:
+        for resource in _counted(requests):
+            wanted = kuberesources.scheduler_units(resource, requests[resource])
+            if wanted <= 0:
                 continue
-            if kuberesources.node_free(node_d, info, resource, _FN).compare(wanted) < 0:
+            if kuberesources.scheduler_units(resource, kuberesources.node_free(node_d, info, resource, _FN)) < wanted:
                 reasons.append(f"Insufficient {resource}")
                 have = kuberesources.node_free(node_d, {}, resource, _FN)  # allocatable alone
-                unresolvable = unresolvable or have.compare(wanted) < 0
+                unresolvable = unresolvable or kuberesources.scheduler_units(resource, have) < wanted
     except EvalError as exc:
         return [f"kpe cannot tell: {exc.message}"], False
     return reasons, unresolvable
 
 
 _ONE = Quantity(1, 0, False, "DecimalSI")
+
+
+def is_scalar_resource(name: str) -> bool:
+    """schedutil.IsScalarResourceName: extended resources (a domain other than kubernetes.io,
+    not ``requests.*``), ``hugepages-*``, prefixed native (``*kubernetes.io/*``) and
+    ``attachable-volumes-*`` resources; the scheduler counts no other name."""
+    if name.startswith(("hugepages-", "attachable-volumes-")) or "kubernetes.io/" in name:
+        return True
+    return "/" in name and not name.startswith("requests.") and kubescheduling._is_qualified_name("requests." + name)
+
+
+def _counted(requests: Mapping[str, Quantity]) -> list[str]:
+    """The requested resources NodeResourcesFit checks, in its order: cpu, memory,
+    ephemeral-storage, then the scalar ones (by name; the scheduler's map order varies)."""
+    return [r for r in FIRST_RESOURCES if r in requests] + sorted(r for r in requests if r not in FIRST_RESOURCES and is_scalar_resource(r))
 
 
 def check_all(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], node_info: Mapping[str, Any] | None) -> dict[str, KubeVerdict]:
@@ -176,14 +234,14 @@ class _Room:
 
     def __init__(self, node: Mapping[str, Any], node_info: Mapping[str, Any], requests: Mapping[str, Quantity]) -> None:
         self.node, self.requests = dict(node), requests
-        self.free = {name: kuberesources.node_free(self.node, dict(node_info), name, _FN) for name in requests if requests[name].sign() > 0}
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        self.pods = kuberesources.node_free(self.node, dict(node_info), "pods", _FN) if "pods" in allocatable else None
+        self.free = {name: kuberesources.node_free(self.node, dict(node_info), name, _FN) for name in _counted(requests) if requests[name].sign() > 0}
+        self.pods: Quantity | None = kuberesources.node_free(self.node, dict(node_info), "pods", _FN)
 
     def take(self, need: Mapping[str, Quantity], sign: int) -> None:
         """Put a pod needing ``need`` back on the node (+1) or take it off (-1)."""
         for name, q in need.items():
             if name in self.free:
+                q = kuberesources.scheduler_quantity(name, q)
                 self.free[name] = _q_add(self.free[name], q if sign < 0 else _q_neg(q))
         if self.pods is not None:
             self.pods = _q_add(self.pods, _ONE if sign < 0 else _q_neg(_ONE))
@@ -192,7 +250,7 @@ class _Room:
         """NodeResourcesFit's reasons now ([] when the pod fits)."""
         reasons = ["Too many pods"] if self.pods is not None and self.pods.compare(_ONE) < 0 else []
         order = [r for r in FIRST_RESOURCES if r in self.free] + sorted(r for r in self.free if r not in FIRST_RESOURCES)
-        return reasons + [f"Insufficient {r}" for r in order if self.free[r].compare(self.requests[r]) < 0]
+        return reasons + [f"Insufficient {r}" for r in order if self.free[r].compare(kuberesources.scheduler_quantity(r, self.requests[r])) < 0]
 
 
 def lower_priority_pods(pod: Mapping[str, Any], node_info: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:

@@ -5,7 +5,11 @@
 ``requested`` sums the pods' effective requests as kube-scheduler does
 (``kube.podRequests``: regular containers and sidecars, or the largest need of
 an init container where that is more, pod-level requests, plus pod overhead),
-as canonical quantity strings for ``quantity()``. The server's
+as canonical quantity strings for ``quantity()``; each pod's request is
+rounded up as the scheduler holds it before it is added (cpu to milli-units,
+everything else to whole units: NodeInfo.update adds framework.Resource's
+``MilliValue()``/``Value()``, pkg/scheduler/framework/types.go), so a 1Gi node
+running a 0.3Gi pod has 751619276 bytes free, not 751619276.8. The server's
 cache keeps this incrementally; ``node_info_map`` builds it from scratch for
 ``kpe explain`` and ``kpe test``.
 """
@@ -34,13 +38,18 @@ TERMINAL_PHASES = frozenset(("Succeeded", "Failed"))
 
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, Quantity]:
     """The effective requests of one pod, per resource, as kube-scheduler counts them
-    (``kube.podRequests``: sidecars, init containers, pod-level resources, overhead).
+    (``kube.podRequests``: sidecars, init containers, pod-level resources, overhead),
+    each rounded up to the scheduler's unit (``kuberesources.scheduler_quantity``).
     A malformed quantity of a pod already running is the API server's problem, not a
     reason to fail a node: it is left out."""
     try:
-        return _kuberesources.pod_requests(pod, strict=False)
+        exact = _kuberesources.pod_requests(pod, strict=False)
     except EvalError:  # a spec that is no map at all
         return {}
+    try:
+        return {name: _kuberesources.scheduler_quantity(name, q) for name, q in exact.items()}
+    except EvalError:  # a quantity too large to count in whole units
+        return exact
 
 
 def is_active(pod: Mapping[str, Any]) -> bool:

@@ -140,11 +140,19 @@ class _PolicyCompiler:
         known = set(self.variables)
         if any(name in self.broken for name in used):
             return None  # the variable's own error is reported; repeating it at every use is noise
+        if used and scope_kind == "match":
+            # match decides whether the policy applies before any variable is evaluated.
+            self.error("KPE305", path, f"'variables' is not available in match expression (it can read: {_readable('match')})")
+            return None
+        unknown = [name for name in used if name not in known]
+        for name in unknown:
+            defined = ", ".join(self.variables) or "none"
+            close = cel_types.closest(name, known)
+            hint = f"; did you mean 'variables.{close}'?" if close else ""
+            self.error("KPE304", path, f"unknown variable 'variables.{name}'{hint} (defined before this point: {defined})")
+        if unknown:
+            return None
         for name in used:
-            if name not in known:
-                defined = ", ".join(self.variables) or "none"
-                self.error("KPE304", path, f"unknown variable 'variables.{name}' (defined before this point: {defined})")
-                return None
             if self.variables[name].node_scoped and not allow_node_vars:
                 self.error(
                     "KPE305",
@@ -161,16 +169,19 @@ class _PolicyCompiler:
         per_pod = [n for n in scope if n not in per_node] + pod_vars
         params = per_node + per_pod
         limit = self.limits.for_scope(scope_kind)
+        checked = cel_types.check(root, self.types, self.variable_types, scope=params)
         try:
             program = cel.compile(text, variables=params, cost_limit=limit)
         except cel.CompileError as exc:
-            code = "KPE301" if "undeclared reference" in exc.message else "KPE302"
-            self._cel_error(code, path, text, exc, scope=scope_kind)
+            # The code generator stops at the first error; the typed check finds every one
+            # (every undeclared name and function, with the closest known one).
+            undeclared = "undeclared reference" in exc.message and any(p.kind == cel_types.UNDECLARED for p in checked.problems)
+            if not undeclared and not any(p.offset == exc.offset or p.message == exc.message for p in checked.problems):
+                code = "KPE301" if "undeclared reference" in exc.message else "KPE302"
+                self._cel_error(code, path, text, exc, scope=scope_kind)
+            self._type_errors(path, text, checked.problems, scope_kind)
             return None
-        checked = cel_types.check(root, self.types, self.variable_types)
-        for problem in checked.problems:
-            code = "KPE307" if problem.kind == cel_types.UNKNOWN_FIELD else "KPE302"
-            self._cel_error(code, path, text, cel.CompileError(problem.message, text=text, offset=problem.offset))
+        self._type_errors(path, text, checked.problems, scope_kind)
         if checked.problems:
             return None
         if kind == "variable":
@@ -201,6 +212,13 @@ class _PolicyCompiler:
             parameters=tuple(params),
             root=self._inline(root),
         )
+
+    def _type_errors(self, path: Path, text: str, problems: list[cel_types.Problem], scope_kind: str) -> None:
+        codes = {cel_types.UNKNOWN_FIELD: "KPE307", cel_types.UNDECLARED: "KPE301"}
+        for problem in problems:
+            code = codes.get(problem.kind, "KPE302")
+            error = cel.CompileError(problem.message, text=text, offset=problem.offset)
+            self._cel_error(code, path, text, error, scope=scope_kind if code == "KPE301" else None)
 
     def _within_cost(self, path: Path, text: str, root: cel_ast.Node, scope_kind: str, kind: str) -> bool:
         """Estimate the worst-case cost of one evaluation (pod-scoped variables it reads
@@ -253,14 +271,14 @@ class _PolicyCompiler:
     def _cel_error(self, code: str, path: Path, text: str, exc: cel.CompileError, *, scope: str | None = None) -> None:
         location = _location_in_scalar(self.doc, path, exc.line, exc.column)
         message = exc.message
-        if code == "KPE301" and scope is not None:
+        if code == "KPE301" and scope is not None and not message.startswith("undeclared reference to function"):
             name = message.split("'")[1] if "'" in message else ""
-            readable = ", ".join(SCOPES[scope])
+            readable = _readable(scope)
             if any(name in names for names in SCOPES.values()) or name == "variables":
                 code = "KPE305"
-                message = f"'{name}' is not available in {_KIND_TEXT.get(scope, scope)} expression (it can read: {readable}, variables)"
+                message = f"'{name}' is not available in {_KIND_TEXT.get(scope, scope)} expression (it can read: {readable})"
             else:
-                message += f" (this expression can read: {readable}, variables)"
+                message += f" (this expression can read: {readable})"
         self.error(code, path, message, snippet=exc.snippet, location=location)
 
     # -- sections ----------------------------------------------------------
@@ -367,6 +385,12 @@ _KIND_TEXT = {
     "message": "a message",
     "variable": "a variable",
 }
+
+
+def _readable(scope: str) -> str:
+    """What an expression of this kind can read, as its errors list it (match runs
+    before the policy's variables, so it cannot read them)."""
+    return ", ".join(SCOPES[scope] + (() if scope == "match" else ("variables",)))
 
 
 def compile_policy(doc: Document, limits: CostLimits | None = None) -> tuple[Policy | None, list[PolicyError]]:

@@ -511,9 +511,10 @@ def test_values_are_immutable_hashable_and_picklable() -> None:
     assert Timestamp(0, -1) == Timestamp(-1, 999_999_999)  # nanos are normalised into [0, 1e9)
 
 
-def test_zero_values_are_the_epoch_and_the_empty_duration() -> None:
-    assert Timestamp(0).is_zero() and Duration(0).is_zero()
-    assert not Timestamp(0, 1).is_zero() and not Duration(-1).is_zero()
+def test_zero_values_are_go_s_zero_time_and_the_empty_duration() -> None:
+    # cel-go Timestamp.IsZeroValue is time.Time.IsZero: 0001-01-01T00:00:00Z, not the epoch.
+    assert Timestamp(-62135596800).is_zero() and Duration(0).is_zero()
+    assert not Timestamp(0).is_zero() and not Timestamp(-62135596800, 1).is_zero() and not Duration(-1).is_zero()
 
 
 # --- properties against datetime/zoneinfo ------------------------------------------------------------------

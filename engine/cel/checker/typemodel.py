@@ -104,6 +104,14 @@ def is_dyn(t: Type) -> bool:
     return t.name == "dyn"
 
 
+def is_concrete(t: Type) -> bool:
+    """Whether the check knows ``t`` exactly: no ``dyn``, ``null``, type parameter or
+    schema object in it (those compare leniently, so they never make literals mixed)."""
+    if isinstance(t, ObjectType) or t.name in ("dyn", "null_type") or t.is_param:
+        return False
+    return all(is_concrete(p) for p in t.params)
+
+
 def is_maplike(t: Type) -> bool:
     return t.name == "map" or isinstance(t, ObjectType)
 

@@ -8,7 +8,15 @@ only fail is reported before the expression ever runs:
 - an operator, index or function applied to types it has no overload for
   (``pod.metadata.labels['gpus'] * 10``: ``string * int``), a field selected from
   a value that has none, a comprehension over a value that cannot be iterated:
-  ``TYPE_MISMATCH``.
+  ``TYPE_MISMATCH``; so are what Kubernetes' CEL rejects when it compiles (cel-go's
+  literal validators and homogeneous aggregate literals): a ``duration()`` or
+  ``timestamp()`` of a literal that is not one, a literal pattern of ``matches``,
+  ``find`` or ``findAll`` that does not compile, a list or map literal whose items
+  have different types (``[1, 'a']``; outside ``format()``, as in cel-go), and
+  ``sum()``, ``min()``, ``max()``, ``isSorted()`` of a list of what they cannot add
+  or order;
+- with ``scope`` given (the names the expression may read), an identifier or a
+  function nothing declares, with the closest known name (``did you mean ...?``): ``UNDECLARED``.
 
 ``check(root, roots, variables)`` walks the syntax tree once and returns the type of
 the whole expression and every problem found (not only the first), each at the
@@ -20,20 +28,22 @@ cannot mean anything: a field the object cannot have under ``has()`` or ``.?``, 
 comparison CEL has no overload for (``name == 1``, always false), and type errors
 in branches ``&&``, ``||`` or ``?:`` never reach.
 
-Undeclared identifiers and functions and literal-only type errors are the code
-generator's (``engine.cel.interpreter.codegen``); this check runs after it.
+The code generator (``engine.cel.interpreter.codegen``) stops at the first
+undeclared name or literal-only type error; this check reports every one.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from engine.cel.errors import EvalError
 from engine.cel.parser import ast
 from engine.cel.types.values import UInt
+
 
 from engine.cel.checker.signatures import Overload, overloads
 from engine.cel.checker.typemodel import (
@@ -53,6 +63,7 @@ from engine.cel.checker.typemodel import (
     Type,
     assignable,
     comparable,
+    is_concrete,
     is_dyn,
     join,
     list_of,
@@ -63,6 +74,16 @@ from engine.cel.checker.typemodel import (
 
 UNKNOWN_FIELD = "unknown-field"
 TYPE_MISMATCH = "type-mismatch"
+UNDECLARED = "undeclared"
+
+# What the list functions of Kubernetes' library take (k8s.io/apiserver/pkg/cel/library/lists.go).
+_SUMMABLE = frozenset(("int", "uint", "double", "duration"))
+_COMPARABLE = frozenset(("int", "uint", "double", "bool", "duration", "timestamp", "string", "bytes"))
+_LIST_ELEMENTS = {"sum": _SUMMABLE, "min": _COMPARABLE, "max": _COMPARABLE, "isSorted": _COMPARABLE}
+# Functions whose literal argument cel-go's validators check when they compile (the
+# receiver-style ones take the pattern as their first argument).
+_LITERAL_CONVERSIONS = frozenset(("duration", "timestamp"))
+_LITERAL_PATTERNS = frozenset(("matches", "find", "findAll"))
 
 _TYPE_NAMES = frozenset(
     (
@@ -72,6 +93,57 @@ _TYPE_NAMES = frozenset(
     )
 )
 _ORDERED = frozenset(("int", "uint", "double", "string", "bytes", "bool", "timestamp", "duration"))
+
+
+# -- "did you mean" -------------------------------------------------------------------------
+
+# Receiver-style macros (the parser expands them; a wrong name reaches the checks as a call).
+MACROS = (
+    "all", "exists", "exists_one", "existsOne", "map", "filter", "transformList", "transformMap", "transformMapEntry",
+    "optMap", "optFlatMap",
+)
+# Global functions the code generator compiles itself (not in the library's tables).
+BUILTIN_FUNCTIONS = ("size", "type", "dyn", "has")
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate ``name`` most likely meant: one that differs only in case, else
+    the closest by ``difflib`` (ratio 0.6 or more), else ``None``."""
+    names = sorted({c for c in candidates if c and c != name})
+    lowered = {c.lower(): c for c in names}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    found = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def undeclared_identifier(name: str, candidates: Iterable[str]) -> str:
+    """The message for an identifier nothing declares; ``candidates``: the names in scope."""
+    message = f"undeclared reference to '{name}'"
+    close = closest(name, candidates)
+    return message + (f"; did you mean '{close}'?" if close else "")
+
+
+def undeclared_function(name: str, *, functions: Iterable[str], methods: Iterable[str], method: bool) -> str:
+    """The message for a function the library does not have: ``method`` when it is
+    called on a value (``x.name()``), else a global (possibly namespaced) function."""
+    functions, methods = set(functions) | set(BUILTIN_FUNCTIONS), set(methods)
+    message = f"undeclared reference to function '{name}'"
+    if method and name in functions and "." not in name:
+        return message + f"; it is a global function: call it as {name}(x)"
+    if not method and name in methods:
+        return message + f"; it is a method: call it as x.{name}(...)"
+    close = closest(name, (methods | set(MACROS)) if method else functions)
+    return message + (f"; did you mean '{close}'?" if close else "")
+
+
+def unknown_namespace_function(qualified: str, functions: Iterable[str]) -> bool:
+    """Whether ``a.b(...)`` on an undeclared ``a`` means a namespaced function that does
+    not exist (``kube.podRequest``) rather than a method of an undeclared identifier:
+    its qualifier is a namespace of the library, or the whole name is close to a function."""
+    names = {f for f in functions if "." in f}
+    namespaces = {f.split(".", 1)[0] for f in names}
+    return qualified.split(".", 1)[0] in namespaces or closest(qualified, names) is not None
 
 
 @dataclass(frozen=True)
@@ -93,12 +165,22 @@ class Checked:
 
 
 class _Checker:
-    def __init__(self, roots: Mapping[str, Type], variables: Mapping[str, Type], functions: frozenset[str]) -> None:
+    def __init__(
+        self,
+        roots: Mapping[str, Type],
+        variables: Mapping[str, Type],
+        functions: frozenset[str],
+        methods: frozenset[str],
+        scope: frozenset[str] | None,
+    ) -> None:
         self.roots = roots
         self.variables = variables
         self.functions = functions
+        self.methods = methods
+        self.scope = scope  # the top-level names the expression may read (None: every root, nothing undeclared)
         self.scopes: list[dict[str, Type]] = []
         self.problems: list[Problem] = []
+        self.in_format = 0  # inside a format() call, where mixed lists are allowed (cel-go exempts them)
 
     def problem(self, kind: str, message: str, offset: int) -> Type:
         self.problems.append(Problem(kind, message, offset))
@@ -115,7 +197,16 @@ class _Checker:
         return None
 
     def declared(self, name: str) -> bool:
-        return self.local(name) is not None or name.lstrip(".") in self.roots
+        plain = name.lstrip(".")
+        return self.local(name) is not None or (plain in self.roots and self.readable(plain))
+
+    def readable(self, plain: str) -> bool:
+        return self.scope is None or plain in self.scope
+
+    def names_in_scope(self) -> list[str]:
+        """What an undeclared identifier may have meant: the names the expression may read
+        and the comprehension variables around it."""
+        return sorted(self.scope or ()) + [name for scope in self.scopes for name in scope]
 
     def visit(self, node: ast.Node) -> Type:
         method: Callable[[Any], Type] = getattr(self, "visit_" + type(node).__name__)
@@ -145,11 +236,13 @@ class _Checker:
         if found is not None:
             return found
         plain = node.name.lstrip(".")
-        if plain in self.roots:
+        if plain in self.roots and self.readable(plain):
             return self.roots[plain]
         if plain in _TYPE_NAMES:
             return TYPE
-        return DYN  # undeclared: the code generator reports it
+        if self.scope is None or plain in self.scope:
+            return DYN  # declared without a type (or, with no scope given, left to the code generator)
+        return self.problem(UNDECLARED, undeclared_identifier(plain, self.names_in_scope()), node.offset)
 
     # -- selection -----------------------------------------------------------------
     def visit_Select(self, node: ast.Select) -> Type:
@@ -306,22 +399,49 @@ class _Checker:
 
     def visit_ListLit(self, node: ast.ListLit) -> Type:
         item: Type | None = None
+        first: tuple[Type, ast.Node] | None = None
+        mixed = False
         for i, element in enumerate(node.elements):
             t = self.visit(element)
             if i in node.optional_indices:
                 t = t.elem if t.name == "optional" else DYN
             item = t if item is None else join(item, t)
+            if not mixed and is_concrete(t):
+                first = first or (t, element)
+                mixed = self.homogeneous(first, t, element)
         return list_of(item if item is not None and item != NULL else DYN)
+
+    def homogeneous(self, expected: tuple[Type, ast.Node], actual: Type, node: ast.Node) -> bool:
+        """cel-go's homogeneous aggregate literals (Kubernetes enables them): the items of a
+        list literal, and the keys and the values of a map literal, have one type. Reports
+        ``actual`` and returns True when it differs from the first item's (outside format()).
+        Numbers of different kinds count as mixed only when both are literals (``[1, 2.0]``):
+        kpe types ``params`` from their YAML values, where Kubernetes would have one schema type."""
+        first, first_node = expected
+        if self.in_format or actual == first:
+            return False
+        if first.name in NUMERIC and actual.name in NUMERIC and not (isinstance(first_node, ast.Literal) and isinstance(node, ast.Literal)):
+            return False
+        self.problem(TYPE_MISMATCH, f"expected type '{first}' but found '{actual}'", node.offset)
+        return True
 
     def visit_MapLit(self, node: ast.MapLit) -> Type:
         key: Type | None = None
         value: Type | None = None
+        first_key: tuple[Type, ast.Node] | None = None
+        first_value: tuple[Type, ast.Node] | None = None
         for entry in node.entries:
             k, v = self.visit(entry.key), self.visit(entry.value)
             if entry.optional:
                 v = v.elem if v.name == "optional" else DYN
             key = k if key is None else join(key, k)
             value = v if value is None else join(value, v)
+            if is_concrete(k):
+                first_key = first_key or (k, entry.key)
+                self.homogeneous(first_key, k, entry.key)
+            if is_concrete(v):
+                first_value = first_value or (v, entry.value)
+                self.homogeneous(first_value, v, entry.value)
         return map_of(key or DYN, value if value is not None and value != NULL else DYN)
 
     def visit_StructLit(self, node: ast.StructLit) -> Type:
@@ -336,10 +456,30 @@ class _Checker:
             qualified = _dotted(target)
             if qualified is not None and not self.declared(qualified.split(".")[0]):
                 full = f"{qualified.lstrip('.')}.{name}"
+                root = qualified.lstrip(".").split(".")[0]
                 if full in self.functions:
                     name, target = full, None
-        receiver = self.visit(target) if target is not None else None
-        args = [self.visit(a) for a in node.args]
+                elif self.scope is not None and root not in self.scope and unknown_namespace_function(full, self.functions):
+                    for a in node.args:
+                        self.visit(a)
+                    message = undeclared_function(full, functions=self.functions, methods=self.methods, method=False)
+                    return self.problem(UNDECLARED, message, _leftmost(target).offset)
+        self.in_format += name == "format" and target is not None
+        try:
+            receiver = self.visit(target) if target is not None else None
+            if self.scope is not None and receiver is not None and name not in self.methods:
+                message = undeclared_function(name, functions=self.functions, methods=self.methods, method=True)
+                if closest(name, MACROS) is None:  # `exist(c, ...)`: a misspelt macro, `c` is no reference
+                    for a in node.args:
+                        self.visit(a)
+                return self.problem(UNDECLARED, message, node.offset + 1)
+            args = [self.visit(a) for a in node.args]
+        finally:
+            self.in_format -= name == "format" and target is not None
+        if receiver is None and self.scope is not None and name not in self.functions and name not in BUILTIN_FUNCTIONS:
+            message = undeclared_function(name, functions=self.functions, methods=self.methods, method=False)
+            return self.problem(UNDECLARED, message, node.offset)
+        self.literal_arguments(node, name, receiver is not None)
         if name == "dyn" and receiver is None:
             return DYN
         candidates = overloads().get((name, receiver is not None))
@@ -354,8 +494,36 @@ class _Checker:
             shown = ", ".join(str(a) for a in args)
             applied = f"{receiver}.({shown})" if receiver is not None else f"({shown})"
             return self.problem(TYPE_MISMATCH, f"found no matching overload for '{name}' applied to '{applied}'", node.offset)
+        allowed = _LIST_ELEMENTS.get(name) if receiver is not None and not args else None
+        if allowed is not None and receiver is not None and receiver.name == "list":
+            if is_concrete(receiver.elem) and receiver.elem.name not in allowed:
+                return self.problem(TYPE_MISMATCH, f"found no matching overload for '{name}' applied to '{receiver}.()'", node.offset)
         first = results[0]
         return first if all(r == first for r in results) else DYN
+
+    def literal_arguments(self, node: ast.Call, name: str, method: bool) -> None:
+        """cel-go's literal validators: ``duration('1d')``, ``timestamp('...')`` and a regex
+        literal that does not compile fail when Kubernetes compiles the expression, as
+        ``invalid <function> argument``; kpe says why as well."""
+        if not method and name in _LITERAL_CONVERSIONS and len(node.args) == 1:
+            literal = node.args[0]
+            if isinstance(literal, ast.Literal):
+                try:
+                    _library_function(name)(literal.value)
+                except EvalError as exc:
+                    self.problem(TYPE_MISMATCH, f"invalid {name} argument: {exc.message}", literal.offset)
+            return
+        if name in _LITERAL_PATTERNS and (method or name == "matches"):
+            index = 0 if method else 1
+            if len(node.args) > index:
+                literal = node.args[index]
+                if isinstance(literal, ast.Literal) and isinstance(literal.value, str):
+                    from engine.cel.ext.regex import compile_pattern
+
+                    try:
+                        compile_pattern(literal.value)
+                    except EvalError as exc:
+                        self.problem(TYPE_MISMATCH, f"invalid {name} argument: {exc.message}", literal.offset)
 
     # -- comprehensions --------------------------------------------------------------
     def visit_Comprehension(self, node: ast.Comprehension) -> Type:
@@ -450,6 +618,13 @@ def _dotted(node: ast.Node) -> str | None:
     return None
 
 
+def _leftmost(node: ast.Node) -> ast.Node:
+    """The identifier a chain of selections ``a.b.c`` starts with."""
+    while isinstance(node, ast.Select):
+        node = node.operand
+    return node
+
+
 def _field_offset(node: ast.Select | ast.Has | ast.Index) -> int:
     """Where the field name of ``x.f`` / ``x.?f`` starts (the node's offset is at the dot)."""
     if isinstance(node, ast.Select):
@@ -472,9 +647,32 @@ def _library_functions() -> frozenset[str]:
     return frozenset(default_library().functions)
 
 
-def check(root: ast.Node, roots: Mapping[str, Type], variables: Mapping[str, Type] | None = None) -> Checked:
+@lru_cache(maxsize=1)
+def _library_methods() -> frozenset[str]:
+    """The library's receiver-style function names."""
+    from engine.cel import default_library
+
+    return frozenset(default_library().methods)
+
+
+def _library_function(name: str) -> Callable[..., Any]:
+    from engine.cel import default_library
+
+    return default_library().functions[name]
+
+
+def check(
+    root: ast.Node,
+    roots: Mapping[str, Type],
+    variables: Mapping[str, Type] | None = None,
+    *,
+    scope: Iterable[str] | None = None,
+) -> Checked:
     """Type-check ``root`` given the types of the variables it may read (``roots``)
-    and of the policy variables (``variables.<name>``)."""
-    checker = _Checker(roots, variables or {}, _library_functions())
+    and of the policy variables (``variables.<name>``). With ``scope``, the names the
+    expression may read (``variables.<name>`` counts as ``variables``), every other
+    identifier and every function the library does not have is an ``UNDECLARED`` problem."""
+    names = frozenset(name.split(".", 1)[0] for name in scope) if scope is not None else None
+    checker = _Checker(roots, variables or {}, _library_functions(), _library_methods(), names)
     result = checker.visit(root)
     return Checked(result, checker.problems)

@@ -6,6 +6,15 @@ version 4, the behaviour google/cel-spec's ``doc/extensions/strings.md`` and the
 conformance suite describe): ``%s`` prints values plainly (``[abc, 3.14]``,
 ``{key: value}``), ``%d``/``%f``/``%e`` also take doubles and print NaN and the
 infinities as ``NaN``/``Infinity``/``-Infinity``. Error messages are cel-go's.
+
+Except ``%f`` and ``%e`` of finite numbers, which print what Kubernetes prints:
+Kubernetes (1.32 to 1.37) runs strings extension version 2, whose formatter
+(cel-go ``ext/formatting.go``) renders them with golang.org/x/text's en-US
+printer: ``%f`` groups the integer digits by thousands (``1,234,567.500000``),
+and ``%e`` is ``fmt.Sprintf("%<precision>e")``, so the precision is taken as a
+width (padding on the left) and the mantissa always has six decimals, written
+``3.140000 × 10⁰⁰`` (narrow no-break spaces around ``×``, a superscript exponent
+of at least two digits).
 """
 
 from __future__ import annotations
@@ -149,13 +158,24 @@ def _float_arg(value: Any, clause: str) -> float:
 
 def _fixed_point(value: Any, precision: int) -> str:
     x = _float_arg(value, "fixed-point")
-    # Python's and Go's %f both round the exact binary value half to even.
-    return _non_finite(x) or f"{x:.{precision}f}"
+    # Grouped by thousands as Kubernetes' en-US printer does; a zero prints without its sign.
+    return _non_finite(x) or f"{abs(x) if x == 0 else x:,.{precision}f}"
+
+
+_SUPERSCRIPT: Final = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
 
 def _scientific(value: Any, precision: int) -> str:
+    """Kubernetes' ``%e``: cel-go formats with ``"%<precision>e"``, a width, so six decimals
+    always and the text padded on the left to ``precision`` characters."""
     x = _float_arg(value, "scientific")
-    return _non_finite(x) or f"{x:.{precision}e}"
+    special = _non_finite(x)
+    if special:
+        return special
+    mantissa, _, exponent = f"{abs(x) if x == 0 else x:.6e}".partition("e")
+    power = int(exponent)
+    text = f"{mantissa}\u202f\u00d7\u202f10" + f"{'-' if power < 0 else ''}{abs(power):02d}".translate(_SUPERSCRIPT)
+    return text.rjust(precision)
 
 
 def _binary(value: Any) -> str:

@@ -10,13 +10,19 @@ them CEL functions (with what they cost and read); the rules they follow are her
     pod-level ``spec.resources.requests`` (cpu, memory, ``hugepages-*``) replace
     the containers' figure for the resources they name; ``spec.overhead`` on
     top. The API server's defaulting is applied first (a container or
-    pod-level limit without a request requests the limit), so a pod written by
-    hand gives what the API would store. The real requests: not the scheduler's
+    pod-level limit without a request requests the limit; every request,
+    limit and overhead rounded up to milli-units, ``SetDefaults_ResourceList``:
+    ``1n`` is ``1m``; a ``null`` quantity is 0, as Quantity's UnmarshalJSON reads
+    it), so a pod written by hand gives what the API would store. The real requests: not the scheduler's
     non-zero defaults for scoring (100m CPU, 200Mi memory), and not the
     resources of an in-place resize reported in the pod's status.
 ``kube.nodeFree(node, nodeInfo, name)``
     ``status.allocatable[name]`` minus ``nodeInfo.requested[name]`` (for
-    ``pods``: minus ``nodeInfo.podCount``, as the scheduler counts pods).
+    ``pods``: minus ``nodeInfo.podCount``, as the scheduler counts pods), in the
+    scheduler's integer units (its framework.Resource, pkg/scheduler/framework/types.go):
+    cpu in milli-units (``MilliValue()``), everything else in whole units
+    (``Value()``), each rounded up. ``nodeInfo.requested`` sums each pod's
+    request so rounded (engine/cluster/nodeinfo.py), as NodeInfo.update does.
 
 ``pod_requests`` is also what ``nodeInfo.requested`` sums (engine/cluster/nodeinfo.py),
 leniently: there a malformed quantity of a pod already running is skipped. It and
@@ -34,11 +40,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from engine.cel.errors import EvalError, no_such_overload
-from engine.cel.ext.quantity import DECIMAL_SI, Quantity, _add, _negated, parse_quantity
+from engine.cel.ext.quantity import DECIMAL_SI, Quantity, _add, _negated, parse_quantity, round_up, scaled_value
 from engine.cel.interpreter.runtime import Unbound
 from engine.cel.types.values import INT64_MAX, INT64_MIN, type_name
 
 ZERO: Final = Quantity(0, 0, False, DECIMAL_SI)
+
+# The API server rounds every request, limit and overhead up to this scale (SetDefaults_ResourceList).
+_API_SCALE: Final = -3
 
 # Pod-level resources (spec.resources) as of Kubernetes 1.34: cpu, memory and huge pages.
 _POD_LEVEL: Final = frozenset(("cpu", "memory"))
@@ -98,6 +107,8 @@ def _quantity(value: Any, fn: str, where: str) -> Quantity:
             return parse_quantity(value)
         except EvalError:
             text = value.strip()
+    elif value is None:
+        return ZERO  # JSON null: Quantity.UnmarshalJSON leaves the zero Quantity
     elif isinstance(value, Quantity):
         return value
     elif type(value) is int or type(value) is float:
@@ -136,12 +147,12 @@ def _resource_list(raw: Any, fn: str, where: str, strict: bool, index: int | Non
     for name, value in raw.items():
         if type(value) is str:
             try:
-                out[name] = parse_quantity(value)
+                out[name] = round_up(parse_quantity(value), _API_SCALE)
                 continue
             except EvalError:
                 pass
         try:
-            out[name] = _quantity(value, fn, f"{_place(where, index, field)}[{name!r}]")
+            out[name] = round_up(_quantity(value, fn, f"{_place(where, index, field)}[{name!r}]"), _API_SCALE)
         except EvalError:
             if strict:
                 raise
@@ -279,9 +290,24 @@ def pod_requests_fn(*args: Any) -> Any:
 # -- free capacity ---------------------------------------------------------------------------
 
 
+def scheduler_units(name: str, q: Quantity) -> int:
+    """A quantity as kube-scheduler's framework.Resource holds it: cpu in milli-units
+    (``MilliValue()``), any other resource in whole units (``Value()``), rounded up."""
+    return scaled_value(q, -3 if name == "cpu" else 0)
+
+
+def scheduler_quantity(name: str, q: Quantity) -> Quantity:
+    """``scheduler_units`` as a Quantity (``1.5`` cpu stays ``1500m``; ``0.3Gi`` is ``322122548``)."""
+    exponent = -3 if name == "cpu" else 0
+    if q.exponent >= exponent and not q.is_dec:
+        return q
+    return Quantity(scheduler_units(name, q), exponent, False, q.format)
+
+
 def node_free(node: _Obj, node_info: _Obj, name: str, fn: str = "kube.nodeFree") -> Quantity:
-    """Allocatable minus requested: may be negative on an overcommitted node. Evaluated
-    for every node of a request: the usual shapes take the short way."""
+    """Allocatable minus requested in the scheduler's units (``scheduler_units``): may be
+    negative on an overcommitted node. Evaluated for every node of a request: the usual
+    shapes take the short way."""
     status = node.get("status")
     if type(status) is not dict:
         status = _map(status, fn, "node.status")
@@ -299,13 +325,9 @@ def node_free(node: _Obj, node_info: _Obj, name: str, fn: str = "kube.nodeFree")
         if type(requested) is not dict:
             requested = _map(requested, fn, "nodeInfo.requested")
         used = _resource(requested, name, fn, "nodeInfo.requested")
-    if used.mantissa == 0:
-        return have
-    if not have.is_dec and not used.is_dec and have.exponent == used.exponent:
-        left = have.mantissa - used.mantissa  # the common case: both in the same unit (m, or none)
-        if INT64_MIN <= left <= INT64_MAX:
-            return Quantity(left, have.exponent, False, have.format if have.mantissa else used.format)
-    return _add(have, _negated(used))
+    exponent = -3 if name == "cpu" else 0
+    left = scheduler_units(name, have) - scheduler_units(name, used)
+    return Quantity(left, exponent, not INT64_MIN <= left <= INT64_MAX, have.format if have.mantissa else used.format)
 
 
 def _resource(resources: _Obj, name: str, fn: str, where: str) -> Quantity:

@@ -108,10 +108,11 @@ class Quantity:
         return v if _fits(v) else None
 
     def as_approximate_float(self) -> float:
+        """resource.Quantity.AsApproximateFloat64: ±Inf past the double range, as big.Float.Float64."""
         try:
             base = float(self.mantissa)
         except OverflowError:
-            base = math.copysign(math.inf, self.mantissa)
+            base = math.inf if self.mantissa > 0 else -math.inf
         if self.exponent == 0:
             return base
         return base * _go_pow10(self.exponent)
@@ -317,6 +318,25 @@ def _add(q: Quantity, y: Quantity) -> Quantity:
         raise EvalError("quantity arithmetic out of range: the operands' scales are too far apart")
     total = q.mantissa * _pow10(q.exponent - e) + y.mantissa * _pow10(y.exponent - e)
     return Quantity(total, e, True, fmt)
+
+
+def scaled_value(q: Quantity, exponent: int) -> int:
+    """resource.Quantity.ScaledValue(exponent): the value in units of 10**exponent, rounded away
+    from zero (``Value()`` is exponent 0, ``MilliValue()`` -3), as an exact integer."""
+    if q.exponent >= exponent:
+        if q.exponent - exponent > _MAX_ALIGN:
+            raise EvalError("quantity out of range: too large to count in whole units")
+        return q.mantissa * _pow10(q.exponent - exponent)
+    return _round_to_integer(q.mantissa, q.exponent - exponent)[0]
+
+
+def round_up(q: Quantity, exponent: int) -> Quantity:
+    """resource.Quantity.RoundUp(exponent): q unchanged when it has no digits below 10**exponent,
+    else rounded away from zero to that scale (the API server stores requests and limits so,
+    at exponent -3: ``1n`` becomes ``1m``)."""
+    if q.exponent >= exponent or q.mantissa == 0:
+        return q
+    return Quantity(scaled_value(q, exponent), exponent, q.is_dec, q.format)
 
 
 def _negated(y: Quantity) -> Quantity:

@@ -138,19 +138,23 @@ def normalize_and_parse(s: str) -> Semver:
     return parse_semver(".".join(parts))
 
 
+_NOT_GIVEN: Any = object()
+
+
 def _parse(name: str, s: Any, normalize: Any) -> Semver:
-    if type(s) is not str or type(normalize) is not bool:
-        raise no_such_overload(name, s, normalize)
-    return normalize_and_parse(s) if normalize else parse_semver(s)
+    if type(s) is not str or (normalize is not _NOT_GIVEN and type(normalize) is not bool):
+        # Name only the arguments the expression gave: isSemver([1]) is isSemver(list).
+        raise no_such_overload(name, *((s,) if normalize is _NOT_GIVEN else (s, normalize)))
+    return normalize_and_parse(s) if normalize is True else parse_semver(s)
 
 
-def semver(s: Any, normalize: Any = False) -> Semver:
+def semver(s: Any, normalize: Any = _NOT_GIVEN) -> Semver:
     return _parse("semver", s, normalize)
 
 
-def is_semver(s: Any, normalize: Any = False) -> bool:
-    if type(s) is not str or type(normalize) is not bool:
-        raise no_such_overload("isSemver", s, normalize)
+def is_semver(s: Any, normalize: Any = _NOT_GIVEN) -> bool:
+    if type(s) is not str or (normalize is not _NOT_GIVEN and type(normalize) is not bool):
+        raise no_such_overload("isSemver", *((s,) if normalize is _NOT_GIVEN else (s, normalize)))
     try:
         _parse("isSemver", s, normalize)
     except EvalError:

@@ -6,8 +6,12 @@ are int64 nanoseconds (about ±292 years) like Go's ``time.Duration``: protobuf
 allows ±10000 years, but cel-go and the conformance case
 ``timestamp_range/sub_time_duration_over`` reject a 9998-year difference.
 ``timestamp(string)`` takes strict RFC 3339 as cel-go does; ``duration(string)``
-is Go's ``time.ParseDuration``. Getters default to UTC; unlike cel-go, a timestamp
-parsed with an offset does not keep it, since CEL timestamps are instants.
+is Go's ``time.ParseDuration``. As in cel-go, a timestamp parsed with an offset
+keeps it (Go's ``time.Time`` keeps its location): ``string()`` prints it and the
+getters without a time zone read the local time there; ``timestamp(int)`` and
+timestamps with ``Z`` or a zero offset are UTC. Equality, ordering and hashing
+compare instants only. The zero timestamp (``optional.ofNonZeroValue``) is Go's
+zero ``time.Time``, 0001-01-01T00:00:00Z, as cel-go's ``IsZeroValue``.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ class _TimeValue:
         return hash((type(self), self._key()))
 
     def is_zero(self) -> bool:
-        """The protobuf zero value (epoch, zero length), for ``optional.ofNonZeroValue``."""
+        """The zero value for ``optional.ofNonZeroValue``: a zero length (cel-go's Duration.IsZeroValue)."""
         return self._key() == 0
 
     def __str__(self) -> str:
@@ -88,34 +92,40 @@ class Timestamp(_TimeValue):
     """An instant with nanosecond precision: ``seconds`` since the Unix epoch and
     ``nanos`` in [0, 1e9). Construction normalises nanos and checks the range."""
 
-    __slots__ = ("seconds", "nanos")
+    __slots__ = ("seconds", "nanos", "offset")
     seconds: int
     nanos: int
+    offset: int  # seconds east of UTC the timestamp was written with (Go's location), 0 for UTC
 
-    def __init__(self, seconds: int, nanos: int = 0) -> None:
+    def __init__(self, seconds: int, nanos: int = 0, offset: int = 0) -> None:
         total = seconds * NANOS + nanos
         if not _MIN_TS_NANOS <= total <= _MAX_TS_NANOS:
             raise IntOverflowError(_TS_RANGE)
         s, n = divmod(total, NANOS)
         object.__setattr__(self, "seconds", s)
         object.__setattr__(self, "nanos", n)
+        object.__setattr__(self, "offset", offset)
 
     def _key(self) -> int:
         return self.seconds * NANOS + self.nanos
 
-    def __reduce__(self) -> tuple[type, tuple[int, int]]:  # default pickling would hit __setattr__
-        return (Timestamp, (self.seconds, self.nanos))
+    def is_zero(self) -> bool:
+        """Go's zero ``time.Time`` (0001-01-01T00:00:00Z), cel-go's Timestamp.IsZeroValue."""
+        return self._key() == _MIN_TS_NANOS
+
+    def __reduce__(self) -> tuple[type, tuple[int, int, int]]:  # default pickling would hit __setattr__
+        return (Timestamp, (self.seconds, self.nanos, self.offset))
 
     def __add__(self, other: object) -> Timestamp:
         if type(other) is Duration:
-            return Timestamp(0, self._key() + other.nanos)
+            return Timestamp(0, self._key() + other.nanos, self.offset)  # time.Add keeps the location
         return NotImplemented
 
     __radd__ = __add__
 
     def __sub__(self, other: object) -> Timestamp | Duration:
         if type(other) is Duration:
-            return self + -other  # as cel-go, so subtracting the smallest duration overflows
+            return self + -other  # as cel-go, so subtracting the smallest duration overflows (keeps the offset)
         if type(other) is Timestamp:
             return Duration(self._key() - other._key())
         return NotImplemented
@@ -125,11 +135,17 @@ class Timestamp(_TimeValue):
         return self.seconds
 
     def cel_string(self) -> str:
-        """``string(timestamp)``: RFC 3339 in UTC, fraction digits as needed (Go's ``RFC3339Nano``)."""
-        days, sod = divmod(self.seconds, 86400)
+        """``string(timestamp)``: Go's ``Format(time.RFC3339Nano)``, in the offset the timestamp
+        was written with (``Z`` for UTC), fraction digits as needed."""
+        days, sod = divmod(self.seconds + self.offset, 86400)
         y, m, d = _civil_from_days(days)
         frac = f".{self.nanos:09d}".rstrip("0") if self.nanos else ""
-        return f"{y:04d}-{m:02d}-{d:02d}T{sod // 3600:02d}:{sod // 60 % 60:02d}:{sod % 60:02d}{frac}Z"
+        zone = "Z"
+        if self.offset:
+            sign = "+" if self.offset > 0 else "-"
+            minutes = abs(self.offset) // 60
+            zone = f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+        return f"{y:04d}-{m:02d}-{d:02d}T{sod // 3600:02d}:{sod // 60 % 60:02d}:{sod % 60:02d}{frac}{zone}"
 
 
 class Duration(_TimeValue):
@@ -154,7 +170,7 @@ class Duration(_TimeValue):
         if type(other) is Duration:
             return Duration(self.nanos + other.nanos)
         if type(other) is Timestamp:
-            return Timestamp(0, other._key() + self.nanos)
+            return Timestamp(0, other._key() + self.nanos, other.offset)
         return NotImplemented
 
     __radd__ = __add__
@@ -235,7 +251,7 @@ def parse_timestamp(text: str) -> Timestamp:
     nanos = int(frac[:9].ljust(9, "0")) if frac else 0  # Go truncates digits past nanoseconds
     if not MIN_TIMESTAMP_SECONDS <= seconds <= MAX_TIMESTAMP_SECONDS:
         raise IntOverflowError(f"{_TS_RANGE}: {_quote(text)}")
-    return Timestamp(seconds, nanos)
+    return Timestamp(seconds, nanos, offset)
 
 
 _UNITS: Final = {"ns": 1, "us": 1000, "\u00b5s": 1000, "\u03bcs": 1000, "ms": 10**6, "s": NANOS, "m": 60 * NANOS, "h": 3600 * NANOS}
@@ -339,7 +355,9 @@ def _timestamp_getter(name: str, field: Callable[[int, int, int, int, int, int],
     def getter(ts: Timestamp, *tz: Any) -> int:
         if len(tz) > 1 or (tz and type(tz[0]) is not str):
             raise no_such_overload(name, ts, *tz)
-        days, sod = divmod(ts.seconds + _offset_at(ts.seconds, tz[0] if tz else None), 86400)
+        # Without a time zone, the local time where the timestamp was written (cel-go's t.Year() etc.).
+        shift = _offset_at(ts.seconds, tz[0]) if tz else ts.offset
+        days, sod = divmod(ts.seconds + shift, 86400)
         return field(days, sod, *_civil_from_days(days), ts.nanos)
 
     return getter
