@@ -27,6 +27,9 @@ class Report:
     filter: FilterResult
     score: ScoreResult
     admission: AdmissionResult
+    workload: str | None = None
+    """``Deployment shop/api`` when ``pod`` is the pod that workload's controller would
+    create (``engine.cluster.workloads``); printed and in the JSON only then."""
 
     def to_dict(self) -> dict[str, Any]:
         scores = {s.node: s for s in self.score.explanation or []}
@@ -38,9 +41,11 @@ class Report:
             entry["contributions"] = [c.to_dict() for c in node_score.contributions] if node_score else []
             entry["scoreRules"] = [o.to_dict() for o in node_score.outcomes] if node_score else []
             nodes.append(entry)
+        head: dict[str, Any] = {"generation": self.generation, "pod": self.pod}
+        if self.workload:
+            head["workload"] = self.workload
         return {
-            "generation": self.generation,
-            "pod": self.pod,
+            **head,
             "matchedPolicies": self.matched,
             "matchConditions": [o.to_dict() for o in self.filter.match_outcomes],
             "admission": {
@@ -89,7 +94,8 @@ def explain(
 def render_report(report: Report) -> str:
     """The human view: a summary, then one row per node."""
     data = report.to_dict()
-    lines = [f"pod {report.pod}  (policy generation {report.generation})"]
+    source = f" from {report.workload}" if report.workload else ""
+    lines = [f"pod {report.pod}{source}  (policy generation {report.generation})"]
     lines.append("matching policies: " + (", ".join(report.matched) or "none"))
     for cond in data["matchConditions"]:
         lines.append(f"  match {cond['policy']}: {cond['effect']}" + (f" ({cond['error']})" if cond["error"] else ""))

@@ -2,7 +2,10 @@
 
 A PolicyTest file (``schemas/policytest-v1alpha1.json``) names the policies it
 exercises, optional named fixtures (nodes, pods), and cases: a pod, nodes,
-pods already in the cluster, and the decisions expected of kpe. The runner
+pods already in the cluster, and the decisions expected of kpe. Wherever a pod
+is expected, a Deployment, ReplicaSet, StatefulSet, DaemonSet, Job or CronJob
+may stand for the pod its controller would create (``engine.cluster.workloads``),
+as users keep workloads, not pods, in Git. The runner
 feeds exactly what the server would (``nodeInfo`` built from the cluster pods,
 the same engine entry points), so a passing test means the policy behaves so
 in production. Keys left out of ``expect`` are not checked; keys given are
@@ -36,6 +39,7 @@ from engine.errors import PolicyError, PolicyLoadError
 from engine.decisions.filtering import filter_nodes
 from engine.policy.loader import SUFFIXES, load
 from engine.cluster.nodeinfo import node_info_map, node_name
+from engine.cluster.workloads import WorkloadError, pod_for
 from engine.policy.model import PolicySet
 from engine.decisions.preemption import preempt
 from engine.policy.schema import validate
@@ -224,16 +228,27 @@ class _Case:
         return obj
 
     def ref(self, value: Any, kind: str, sub: DocPath, extra: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-        """A fixture name (``kind``: nodes or pods) or an object."""
+        """A fixture name (``kind``: nodes or pods) or an object. A pod may be given as a
+        workload: it stands for the pod its controller would create
+        (``engine.cluster.workloads``); the fixture key then names the workload."""
         if not isinstance(value, str):
-            return self.object(value, sub)
+            return self.pod(self.object(value, sub), kind, sub, "pod")
         if extra and value in extra:
             return extra[value]
         named = self.fixtures.get(kind) or {}
         if value not in named:
             known = ", ".join([*(extra or {}), *named]) or "none defined"
             raise self.fail(sub, f"unknown {kind[:-1]} fixture {value!r} (known: {known})")
-        return self.object(named[value], ("spec", "fixtures", kind, value), fixture=value)
+        where = ("spec", "fixtures", kind, value)
+        return self.pod(self.object(named[value], where, fixture=value), kind, where, f"pod fixture {value!r}", absolute=True)
+
+    def pod(self, obj: dict[str, Any], kind: str, where: DocPath, what: str, *, absolute: bool = False) -> dict[str, Any]:
+        if kind != "pods":
+            return obj
+        try:
+            return pod_for(obj)
+        except WorkloadError as exc:
+            raise self.fail(where, f"{what}: {exc}", absolute=absolute) from None
 
     def run(self, policy_set: PolicySet) -> list[Mismatch]:
         case = self.case

@@ -169,6 +169,7 @@ def read_objects(path: str) -> list[dict[str, Any]]:
 
 
 def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
+    from engine.cluster.workloads import WorkloadError, describe, is_workload, pod_for
     from engine.reports.explain import explain
 
     if args.target:
@@ -179,9 +180,15 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("expected --pod FILE --nodes FILE, or pod NAMESPACE/NAME to explain a pod of the cluster")
     if args.server:
         raise UsageError("--server explains a pod of the cluster: kpe explain pod NAMESPACE/NAME --server URL")
-    pods = read_objects(args.pod)
-    if len(pods) != 1:
-        raise UsageError(f"{args.pod} must hold exactly one pod, found {len(pods)}")
+    objects = read_objects(args.pod)
+    if not objects:
+        raise UsageError(f"{args.pod} holds no pod or workload")
+    # A workload stands for the pod its controller would create (docs/workloads.md); every
+    # object is checked before any is explained, so a manifest with a Service fails whole.
+    try:
+        pods = [(pod_for(obj), describe(obj) if is_workload(obj) else None) for obj in objects]
+    except WorkloadError as exc:
+        raise UsageError(f"{args.pod}: {exc}") from None
     nodes = read_objects(args.nodes)
     cluster_pods = read_objects(args.cluster_pods) if args.cluster_pods else []
     try:
@@ -194,14 +201,23 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
 
         from server.cli.podexplain import write
 
-        write(diagnose(policy_set, pods[0], nodes, cluster_pods=cluster_pods).to_dict(), "markdown", out, limit=args.limit)
+        for i, (pod, workload) in enumerate(pods):
+            if i:
+                out.write("\n")
+            if workload:
+                out.write(f"Pod made from {workload} as its controller would create it.\n\n")
+            write(diagnose(policy_set, pod, nodes, cluster_pods=cluster_pods).to_dict(), "markdown", out, limit=args.limit)
         return EXIT_OK
-    report = explain(policy_set, pods[0], nodes, cluster_pods=cluster_pods)
+    reports = [explain(policy_set, pod, nodes, cluster_pods=cluster_pods) for pod, _ in pods]
+    for report, (_, workload) in zip(reports, pods):
+        report.workload = workload
     if args.output == "json":
-        json.dump(report.to_dict(), out, indent=2, default=str)
+        # One object for one pod or workload (as before workloads); a list, in file order, for several.
+        data = [r.to_dict() for r in reports]
+        json.dump(data[0] if len(data) == 1 else data, out, indent=2, default=str)
         out.write("\n")
     else:
-        out.write(report.render() + "\n")
+        out.write("\n\n".join(r.render() for r in reports) + "\n")
     return EXIT_OK
 
 
@@ -253,7 +269,11 @@ def build_parser() -> argparse.ArgumentParser:
         "kpe explain pod NAMESPACE/NAME: a pod of the live cluster (--kubeconfig, in-cluster) or of a running kpe (--server).",
     )
     exp.add_argument("target", nargs="*", metavar="pod NAMESPACE/NAME", help="explain this pod of the cluster instead of files")
-    exp.add_argument("--pod", metavar="FILE", help="the pod (JSON or YAML)")
+    exp.add_argument(
+        "--pod", metavar="FILE",
+        help="the pod (JSON or YAML), or a Deployment, ReplicaSet, StatefulSet, DaemonSet, Job or CronJob: the pod its controller would create "
+        "(docs/workloads.md); several documents: each is explained, in order",
+    )
     exp.add_argument("--nodes", metavar="FILE", help="nodes: a NodeList, a list, or YAML documents")
     exp.add_argument("--cluster-pods", metavar="FILE", help="pods already running (for nodeInfo and admission)")
     exp.add_argument("--policies", nargs="+", metavar="PATH", help="policy files or directories (default: the shipped policies)")
