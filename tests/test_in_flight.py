@@ -173,7 +173,11 @@ def kpe(api: FakeApiServer, tmp_path: Path, policy: str, **settings: Any) -> Ite
     app = create_app(Settings(policies=str(tmp_path / "policy.yaml"), kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")), cluster="on", **settings))
     with serve(app) as url:
         wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
-        yield url, app.state.kpe
+        state = app.state.kpe
+        # A clock that stands still: a pod in flight never outlives --in-flight-s here, however
+        # slow the machine (expiry has its own test above, with a clock it moves).
+        state.cache.in_flight.clock = Clock()
+        yield url, state
 
 
 def create(api: FakeApiServer, name: str) -> dict[str, Any]:

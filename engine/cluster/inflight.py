@@ -51,7 +51,7 @@ class InFlight:
 
     def __init__(self, *, ttl: float = DEFAULT_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl = ttl
-        self._clock = clock
+        self.clock = clock  # what "now" is for the time-to-count: tests hand in their own
         # pod key -> (pod, nodes it counts on, when it stops counting; None: while nominated)
         self._pods: dict[str, tuple[Obj, frozenset[str], float | None]] = {}
         self._last: frozenset[str] = frozenset()  # the last set of nodes, shared by the pods passed on the same ones
@@ -74,7 +74,7 @@ class InFlight:
         held = self._pods.get(key)
         if held is not None and held[2] is None:
             return  # nominated: it counts on its nominated node, whatever a filter said
-        self._set(key, pod, frozenset(nodes), self._clock() + self.ttl)
+        self._set(key, pod, frozenset(nodes), self.clock() + self.ttl)
 
     def seen(self, pod: Obj) -> None:
         """A watch event (or list) of ``pod``: bound, finished or deleted, it no longer is in
@@ -103,7 +103,7 @@ class InFlight:
         """Forget the pods whose time to count has passed."""
         if not self._pods:
             return
-        now = self._clock()
+        now = self.clock()
         for key in [k for k, (_, _, until) in self._pods.items() if until is not None and until <= now]:
             self.forget(key)
 
