@@ -30,24 +30,11 @@ from pathlib import Path
 
 import httpx
 import orjson
+from hardening_bench import SLOW, free_port  # the same slow policy and port picking as the hardening bench
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data"
 MiB = 1 << 20
-SLOW = """apiVersion: kpe.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: slow}
-spec:
-  params: {xs: %s}
-  filters:
-  - {name: busy, expression: "params.xs.all(x, params.xs.all(y, x + y >= size(node.metadata.name) - 100))", message: never}
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Kpe:
