@@ -86,7 +86,7 @@ def test_or_and_or_value_evaluate_their_argument_only_when_the_optional_is_empty
         ("{true: 1, 1: 2} == {1: 2, true: 1}", True),
         ("{true: 1} == {1: 1}", False),
         ("{true: 'x', 1: 'y'}.transformMap(k, v, v + 'z').size()", 2),
-        ("'%s'.format([{true: 1, 1: 2}])", "{1: 2, true: 1}"),
+        ("'%s'.format([{true: 1, 1: 2}])", "{1:2, true:1}"),
     ],
 )
 def test_map_keys_true_and_one_or_false_and_zero_are_different_keys(text: str, expected: object) -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from engine.cel.types import conversions
 from engine.cel.errors import EvalError, IntOverflowError, NoSuchOverloadError
-from engine.cel.ext.formatting import go_format_f, go_format_g
+from engine.cel.ext.formatting import go_format_g
 from engine.cel.types.values import CelType, UInt, register_type
 
 F = conversions.FUNCTIONS
@@ -305,11 +305,3 @@ def test_string_of_a_double_uses_an_exponent_exactly_when_go_does(x: float) -> N
         mantissa, _, exp = text.partition("e")
         assert exp[0] in "+-" and len(exp) >= 3 and int(exp) == exponent
         assert 1 <= abs(float(mantissa)) < 10
-
-
-@given(finite_doubles)
-def test_plain_format_of_a_double_reads_back_and_never_has_an_exponent(x: float) -> None:
-    text = go_format_f(x)
-    assert "e" not in text and "inf" not in text
-    assert struct.pack("<d", float(text)) == struct.pack("<d", x)
-    assert not (("." in text) and text.endswith("0")), "insignificant zeros must be dropped"

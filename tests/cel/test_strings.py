@@ -6,7 +6,6 @@ from cel-go's ext/strings_test.go and ext/formatting_v2_test.go.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from engine.cel.ext import strings
 from engine.cel.errors import EvalError, NoSuchOverloadError
 from engine.cel.library import Library
-from engine.cel.types.values import CelType, UInt, register_type
+from engine.cel.types.values import UInt, register_type
 
 LIBRARY = Library([strings])
 
@@ -307,107 +306,15 @@ def test_strings_quote_takes_exactly_one_string(args: tuple[Any, ...]) -> None:
         strings.FUNCTIONS["strings.quote"](*args)
 
 
+# What cel-go's formatter gives is checked against cel-go itself in
+# test_format_against_kubernetes.py (tests/data/kubernetes-format); these are the cases
+# its data cannot spell: values only kpe's own types make, and kpe's precision cap.
 FORMAT_CASES = [
-    ("no substitution", [], "no substitution"),
-    ("str is %s and some more", ["filler"], "str is filler and some more"),
-    ("%% and also %%", [], "% and also %"),
-    ("%%%s%%", ["text"], "%text%"),
-    ("%s%%", ["percent on the right"], "percent on the right%"),
-    ("%%%s", ["percent on the left"], "%percent on the left"),
-    (
-        "%d %d %d, %s %s %s, %d %d %d, %s %s %s",
-        [1, 2, 3, "A", "B", "C", 4, 5, 6, "D", "E", "F"],
-        "1 2 3, A B C, 4 5 6, D E F",
-    ),
-    ("%.3f", [1.2345], "1.234"),
-    ("%.3f + %.2f", [1, UInt(1)], "1.000 + 1.00"),
-    ("this is 5 in binary: %b", [5], "this is 5 in binary: 101"),
-    ("this is -5 in binary: %b", [-5], "this is -5 in binary: -101"),
-    ("unsigned 64 in binary: %b", [UInt(64)], "unsigned 64 in binary: 1000000"),
-    ("bit set from bool: %b", [True], "bit set from bool: 1"),
-    ("bit unset: %b", [False], "bit unset: 0"),
-    ("%o", [11], "13"),
-    ("%o", [-11], "-13"),
-    ("this is an unsigned octal: %o", [UInt(65535)], "this is an unsigned octal: 177777"),
-    ("%x is 20 in hexadecimal", [30], "1e is 20 in hexadecimal"),
-    ("%X is 20 in hexadecimal", [30], "1E is 20 in hexadecimal"),
-    ("%x is -30 in hexadecimal", [-30], "-1e is -30 in hexadecimal"),
-    ("%X is 6000 in hexadecimal", [UInt(6000)], "1770 is 6000 in hexadecimal"),
-    ("%x", ["Hello world!"], "48656c6c6f20776f726c6421"),
-    ("%X", ["Hello world!"], "48656C6C6F20776F726C6421"),
-    ("%x", ["ÿ"], "c3bf"),
-    ("%x", [b"byte string"], "6279746520737472696e67"),
-    ("%x", [b"\x00\x00byte string\x00"], "00006279746520737472696e6700"),
-    ("%X", [b"byte string"], "6279746520737472696E67"),
-    ("%.6e", [1052.032911275], "1.052033\u202f\u00d7\u202f10⁰³"),  # Kubernetes: x/text en-US printer
-    ("%.4e", [UInt(1052)], "1.052000\u202f\u00d7\u202f10⁰³"),  # the precision is a width in Kubernetes
-    ("%.5e", [1052], "1.052000\u202f\u00d7\u202f10⁰³"),
-    ("%.1e", [-3.14], "-3.140000\u202f\u00d7\u202f10⁰⁰"),
-    ("%e", [1e100], "1.000000\u202f\u00d7\u202f10¹⁰⁰"),
-    ("%f", [2.71828], "2.718280"),
-    ("%f", [2], "2.000000"),
-    ("%f", [UInt(3)], "3.000000"),
-    ("%f", [-0.0], "0.000000"),  # Kubernetes drops the sign of a zero
-    ("%e", [2.71828], "2.718280\u202f\u00d7\u202f10⁰⁰"),
-    ("%e", [2], "2.000000\u202f\u00d7\u202f10⁰⁰"),
-    ("%e", [UInt(3)], "3.000000\u202f\u00d7\u202f10⁰⁰"),
-    ("%e", [math.nan], "NaN"),
-    ("%e", [math.inf], "Infinity"),
-    ("%e", [-math.inf], "-Infinity"),
-    ("%d", [math.nan], "NaN"),
-    ("%d", [math.inf], "Infinity"),
-    ("%d", [-math.inf], "-Infinity"),
-    ("%d", [3.14], "3.14"),
-    ("%f", [math.nan], "NaN"),
-    ("%f", [math.inf], "Infinity"),
-    ("%f", [-math.inf], "-Infinity"),
-    ("%d", [UInt(64)], "64"),
-    ("%d", [-9223372036854775808], "-9223372036854775808"),
-    ("%s", [2.71], "2.71"),
-    ("%s", [[2.71]], "[2.71]"),
-    ("%s", [0.000000002], "0.000000002"),
-    ("%s", [1e21], "1000000000000000000000"),
-    ("%s", [[0.000000002]], "[0.000000002]"),
-    ("%s", [math.nan], "NaN"),
-    ("%s", [[math.nan, math.inf, -math.inf]], "[NaN, Infinity, -Infinity]"),
-    ("null: %s", [None], "null: null"),
-    ("%s", [999999999999], "999999999999"),
-    ("%s", [UInt(18446744073709551615)], "18446744073709551615"),
-    ("some bytes: %s", [b"xyz"], "some bytes: xyz"),
-    ("%s", [b"a\xff\xfeb\xc3"], "a\ufffdb\ufffd"),
-    ("type is %s", [CelType("string")], "type is string"),
     ("%s", [FakeTimestamp("2023-02-03T23:31:20Z")], "2023-02-03T23:31:20Z"),
-    ("%s", [FakeDuration("6347s")], "6347s"),
-    (
-        "%s",
-        [["abc", 3.14, None, [9, 8, 7, 6], FakeTimestamp("2023-02-03T23:31:20Z")]],
-        "[abc, 3.14, null, [9, 8, 7, 6], 2023-02-03T23:31:20Z]",
-    ),
-    (
-        "%s",
-        [{"key1": b"xyz", "key5": None, "key2": FakeDuration("7200s"), "key4": True, "key3": 2.71828}],
-        "{key1: xyz, key2: 7200s, key3: 2.71828, key4: true, key5: null}",
-    ),
-    ("%s", [{1: "value1", UInt(2): "value2", "k": math.nan}], "{1: value1, 2: value2, k: NaN}"),
-    ("%s", [{"strKey": "x", 6: FakeDuration("422s"), True: 42}], "{6: 422s, strKey: x, true: 42}"),
-    ("%s", [{1: "int one", "1": "string one"}], "{1: int one, 1: string one}"),
-    ("true bool: %s, false bool: %s", [True, False], "true bool: true, false bool: false"),
-    ("list: %s", [[[1, 2, [3.0, 4]]]], "list: [[1, 2, [3, 4]]]"),
-    ("%s", [()], "[]"),
-    ("%s", [{}], "{}"),
-    ("%.0f", [123.000000], "123"),
-    ("%.0f", [3.5001], "4"),
-    ("%.0f", [3.4999], "3"),
-    ("%.0f", [1.5], "2"),
-    ("%.0f", [2.5], "2"),
-    ("%.3f", [123.4999], "123.500"),
-    ("%.3f", [123.4994], "123.499"),
-    ("%.3f", [-123.4999], "-123.500"),
-    ("%.3f", [-123.4994], "-123.499"),
-    ("%.5f", [-1.2], "-1.20000"),
-    ("%.1f", [3.14], "3.1"),
-    ("%.3s|%.2d", ["abc", 7], "abc|7"),
-    ("%s é %s", ["ü", "😀"], "ü é 😀"),
+    ("%s", [[FakeTimestamp("2023-02-03T23:31:20Z"), FakeDuration("7200s")]], '[timestamp("2023-02-03T23:31:20Z"), duration("7200s")]'),
+    ("%s", [{"k": FakeDuration("422s"), 6: "\ud800"}], '{"k":duration("422s"), 6:"\ufffd"}'),
+    ("%s", [("a", UInt(1))], '["a", 1]'),
+    ("%.100f", [0.5], "0." + "5" + "0" * 99),
 ]
 
 
@@ -417,70 +324,22 @@ def test_format_substitutes_arguments_like_cel_go(fmt: str, args: list[Any], exp
 
 
 FORMAT_ERROR_CASES = [
-    ("%a", [1], 'could not parse formatting clause: unrecognized formatting clause "a"'),
-    ("double is %E", [0.5], 'could not parse formatting clause: unrecognized formatting clause "E"'),
-    ("%d %d %d", [0, 1], "index 2 out of range"),
-    ("%s %s", ["abc"], "index 1 out of range"),
-    ("filler %", [], "index 0 out of range"),
-    ("filler %", [1], "unexpected end of string"),
-    (
-        "double is %.34",
-        [5.0],
-        "could not parse formatting clause: error while parsing precision: could not find end of precision specifier",
-    ),
-    (
-        "%.f",
-        [5.0],
-        "could not parse formatting clause: error while parsing precision: error while converting precision to "
-        'integer: strconv.Atoi: parsing "": invalid syntax',
-    ),
     (
         "%.9999999f",
         [3.14],
         "could not parse formatting clause: error while parsing precision: precision 9999999 exceeds maximum "
         "allowed precision 100",
     ),
-    ("string is %b", ["abc"], "error during formatting: only ints, uints, and bools can be formatted as binary, was given string"),
-    (
-        "%d",
-        [FakeDuration("1802s")],
-        "error during formatting: decimal clause can only be used on ints, uints, and doubles, was given "
-        "google.protobuf.Duration",
-    ),
-    ("octal: %o", ["a string"], "error during formatting: octal clause can only be used on ints and uints, was given string"),
-    ("%o", [3.14], "error during formatting: octal clause can only be used on ints and uints, was given double"),
-    (
-        "double is %x",
-        [0.5],
-        "error during formatting: only ints, uints, bytes, and strings can be formatted as hex, was given double",
-    ),
-    ("%d", [True], "error during formatting: decimal clause can only be used on ints, uints, and doubles, was given bool"),
-    ("null: %d", [None], "error during formatting: decimal clause can only be used on ints, uints, and doubles, was given null_type"),
-    ("null: %e", [None], "error during formatting: scientific clause can only be used on ints, uints, and doubles, was given null_type"),
-    ("null: %f", [None], "error during formatting: fixed-point clause can only be used on ints, uints, and doubles, was given null_type"),
-    ("%f", ["NaN"], "error during formatting: fixed-point clause can only be used on ints, uints, and doubles, was given string"),
-    ("null: %x", [None], "error during formatting: only ints, uints, bytes, and strings can be formatted as hex, was given null_type"),
-    ("null: %X", [None], "error during formatting: only ints, uints, bytes, and strings can be formatted as hex, was given null_type"),
-    ("null: %b", [None], "error during formatting: only ints, uints, and bools can be formatted as binary, was given null_type"),
-    ("null: %o", [None], "error during formatting: octal clause can only be used on ints and uints, was given null_type"),
     (
         "object is %s",
         [Opaque()],
         "error during formatting: string clause can only be used on strings, bools, bytes, ints, doubles, maps, "
         "lists, types, durations, and timestamps, was given kpe.test.Opaque",
     ),
-    (
-        "%s",
-        [[1, 2, Opaque()]],
-        "error during formatting: string clause can only be used on strings, bools, bytes, ints, doubles, maps, "
-        "lists, types, durations, and timestamps, was given kpe.test.Opaque",
-    ),
-    (
-        "%s",
-        [{1: "a", 2: Opaque()}],
-        "error during formatting: string clause can only be used on strings, bools, bytes, ints, doubles, maps, "
-        "lists, types, durations, and timestamps, was given kpe.test.Opaque",
-    ),
+    ("%s", [[1, 2, Opaque()]], "error during formatting: no formatting function for kpe.test.Opaque"),
+    ("%s", [{1: "a", 2: Opaque()}], "error during formatting: no formatting function for kpe.test.Opaque"),
+    ("%s", [{1.5: "a"}], "error during formatting: no formatting function for map key of type double"),
+    ("%x", [Opaque()], "error during formatting: only integers, byte buffers, and strings can be formatted as hex, was given kpe.test.Opaque"),
 ]
 
 

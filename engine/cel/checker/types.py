@@ -45,6 +45,7 @@ from engine.cel.parser import ast
 from engine.cel.types.values import UInt
 
 
+from engine.cel.checker.formatcalls import format_problems
 from engine.cel.checker.signatures import Overload, overloads
 from engine.cel.checker.typemodel import (
     BOOL,
@@ -181,6 +182,7 @@ class _Checker:
         self.scopes: list[dict[str, Type]] = []
         self.problems: list[Problem] = []
         self.in_format = 0  # inside a format() call, where mixed lists are allowed (cel-go exempts them)
+        self.types: dict[int, Type] = {}  # by id() of the node: what format() arguments are, for format_problems
 
     def problem(self, kind: str, message: str, offset: int) -> Type:
         self.problems.append(Problem(kind, message, offset))
@@ -210,7 +212,8 @@ class _Checker:
 
     def visit(self, node: ast.Node) -> Type:
         method: Callable[[Any], Type] = getattr(self, "visit_" + type(node).__name__)
-        return method(node)
+        found = self.types[id(node)] = method(node)
+        return found
 
     # -- leaves ------------------------------------------------------------------
     def visit_Literal(self, node: ast.Literal) -> Type:
@@ -480,6 +483,11 @@ class _Checker:
             message = undeclared_function(name, functions=self.functions, methods=self.methods, method=False)
             return self.problem(UNDECLARED, message, node.offset)
         self.literal_arguments(node, name, receiver is not None)
+        if name == "format" and isinstance(target, ast.Literal) and isinstance(target.value, str):
+            if len(node.args) == 1 and isinstance(node.args[0], ast.ListLit):
+                type_of = lambda n: self.types.get(id(n), DYN)  # noqa: E731
+                for message, culprit in format_problems(target.value, node.args[0].elements, type_of):
+                    self.problem(TYPE_MISMATCH, message, (culprit or node).offset)
         if name == "dyn" and receiver is None:
             return DYN
         candidates = overloads().get((name, receiver is not None))

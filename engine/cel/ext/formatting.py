@@ -1,26 +1,39 @@
-"""``<string>.format(<list>)`` of CEL's strings extension, and Go's renderings of
-doubles that it and ``string(double)`` need.
+"""``<string>.format(<list>)`` of CEL's strings extension as Kubernetes runs it, and
+Go's renderings of doubles that it and ``string(double)`` need.
 
-The formatting follows cel-go's ``ext/formatting_v2.go`` (strings extension
-version 4, the behaviour google/cel-spec's ``doc/extensions/strings.md`` and the
-conformance suite describe): ``%s`` prints values plainly (``[abc, 3.14]``,
-``{key: value}``), ``%d``/``%f``/``%e`` also take doubles and print NaN and the
-infinities as ``NaN``/``Infinity``/``-Infinity``. Error messages are cel-go's.
+Kubernetes 1.32 to 1.37 enable cel-go's strings extension at version 2, whose
+formatter is cel-go's ``ext/formatting.go`` (the one kpe follows; cel-go's newer
+``formatting_v2.go``, version 4, is what google/cel-spec's conformance suite
+describes, and kpe does not follow it). In version 2:
 
-Except ``%f`` and ``%e`` of finite numbers, which print what Kubernetes prints:
-Kubernetes (1.32 to 1.37) runs strings extension version 2, whose formatter
-(cel-go ``ext/formatting.go``) renders them with golang.org/x/text's en-US
-printer: ``%f`` groups the integer digits by thousands (``1,234,567.500000``),
-and ``%e`` is ``fmt.Sprintf("%<precision>e")``, so the precision is taken as a
-width (padding on the left) and the mantissa always has six decimals, written
-``3.140000 × 10⁰⁰`` (narrow no-break spaces around ``×``, a superscript exponent
-of at least two digits).
+- ``%s`` prints a value as ``string()`` converts it (a double as Go's ``%g``:
+  ``1e+21``, ``+Inf``); inside a list or a map every item is written as a CEL
+  literal: strings and bytes quoted as Go's ``%q`` (``"a"``, ``b"a"``), doubles as
+  ``%.6f`` (``2.500000``; NaN and the infinities quoted: ``"NaN"``, ``"+Inf"``),
+  ``timestamp("...")``, ``duration("...")``, map entries as ``key:value`` sorted by
+  the key's text;
+- ``%d``, ``%b``, ``%o`` take integers only (``%b`` also bools), ``%x``/``%X``
+  integers, strings and bytes;
+- ``%f`` and ``%e`` take doubles only, and the strings ``"NaN"``, ``"Infinity"`` and
+  ``"-Infinity"``; they print with golang.org/x/text's en-US printer: ``%f`` groups
+  the integer digits by thousands (``1,234,567.500000``); ``%e`` is
+  ``"%<precision>e"``, so the precision is a width (padding on the left) and the
+  mantissa always has six decimals, written ``3.140000 × 10⁰⁰`` (narrow no-break
+  spaces around ``×``, a superscript exponent of at least two digits); NaN prints
+  ``NaN`` and the infinities ``∞`` and ``-∞``.
+
+Error messages are cel-go's. What cel-go finds wrong with a literal format string
+and a list literal of arguments is found when the expression is checked
+(``engine.cel.checker.types``, through ``check_literal_call``), as Kubernetes does.
+One difference: the precision is capped at 100 (cel-go caps it only from version 5),
+so that ``"%.999999999f"`` cannot fill the memory.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from engine.cel.errors import EvalError, no_such_overload
@@ -28,19 +41,27 @@ from engine.cel.limits import check_string
 from engine.cel.types.values import CelType, UInt, plain_key, type_name
 
 _DEFAULT_PRECISION: Final = 6
-_MAX_PRECISION: Final = 100  # cel-go's limit; also keeps "%.999999999f" from eating memory.
+_MAX_PRECISION: Final = 100
 _INT64_MAX: Final = 2**63 - 1
 
-# Library classes %s may print (through their cel_string()): cel-go's formatter
-# knows timestamps and durations and rejects every other object type.
-_TIME_TYPE_NAMES: Final = frozenset(
-    ("google.protobuf.Timestamp", "google.protobuf.Duration", "timestamp", "duration")
-)
+# The strings %f and %e take besides doubles (cel-go converts them to a double).
+_NON_FINITE_NAMES: Final = frozenset(("NaN", "Infinity", "-Infinity"))
 
-_INVALID_UTF8_RUN: Final = re.compile("[\udc80-\udcff]+")
+# cel-go's messages for an argument a clause does not take, by verb ({} is the type's name).
+CLAUSE_MESSAGES: Final = {
+    "s": "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, "
+    "durations, and timestamps, was given {}",
+    "d": "decimal clause can only be used on integers, was given {}",
+    "f": "fixed-point clause can only be used on doubles, was given {}",
+    "e": "scientific clause can only be used on doubles, was given {}",
+    "b": "only integers and bools can be formatted as binary, was given {}",
+    "x": "only integers, byte buffers, and strings can be formatted as hex, was given {}",
+    "o": "octal clause can only be used on integers, was given {}",
+}
+CLAUSE_MESSAGES["X"] = CLAUSE_MESSAGES["x"]
 
 
-# -- Go's float renderings --------------------------------------------------
+# -- Go's renderings ----------------------------------------------------------
 
 
 def _shortest_digits(x: float) -> tuple[str, int]:
@@ -66,14 +87,6 @@ def _fixed(digits: str, point: int, decimals: int) -> str:
     return f"{whole}.{frac}"
 
 
-def go_format_f(x: float) -> str:
-    """Go's ``strconv.FormatFloat(x, 'f', -1, 64)`` for finite x: shortest digits,
-    never an exponent (``1e21`` -> ``1000000000000000000000``, ``3.0`` -> ``3``)."""
-    digits, point = _shortest_digits(x)
-    sign = "-" if math.copysign(1.0, x) < 0 else ""
-    return sign + _fixed(digits, point, len(digits) - point)
-
-
 def go_format_g(x: float) -> str:
     """Go's ``%g`` (``FormatFloat(x, 'g', -1, 64)``), which is how cel-go's
     ``string(double)`` renders: shortest digits, exponent form when the decimal
@@ -91,91 +104,184 @@ def go_format_g(x: float) -> str:
     return sign + _fixed(digits, point, len(digits) - point)
 
 
-def _non_finite(x: float) -> str | None:
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return None
+_GO_ESCAPES: Final = {
+    "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"',
+}
 
 
-# -- the clauses ------------------------------------------------------------
+def go_quote(text: str) -> str:
+    """Go's ``strconv.Quote`` (``%q``): printable characters as they are (Go's
+    unicode.IsPrint and Python's isprintable() take the same categories), the C
+    escapes, ``\\xNN`` below space, ``\\uNNNN``/``\\UNNNNNNNN`` above."""
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    out = ['"']
+    for ch in text:
+        escaped = _GO_ESCAPES.get(ch)
+        if escaped is not None:
+            out.append(escaped)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            code = ord(ch)
+            if code < 0x20 or code == 0x7F:
+                out.append(f"\\x{code:02x}")
+            elif 0xD800 <= code <= 0xDFFF:
+                out.append("\ufffd")  # a lone surrogate: Go's decoder would have made it U+FFFD
+            elif code < 0x10000:
+                out.append(f"\\u{code:04x}")
+            else:
+                out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+# -- the clauses ------------------------------------------------------------------
 
 
 class _ClauseError(Exception):
     """A value the clause does not take; becomes 'error during formatting: ...'."""
 
 
-def _format_value(value: Any) -> str:
-    """%s: the value printed plainly, recursively for lists and maps."""
+def _wrong(verb: str, value: Any) -> _ClauseError:
+    return _ClauseError(CLAUSE_MESSAGES[verb].format(type_name(value)))
+
+
+def _bytes_text(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        # cel-go's FormatString, handed the conversion's error value instead of a string.
+        raise _ClauseError('could not convert argument "invalid UTF-8 in bytes, cannot convert to string" to string') from None
+
+
+def _string(value: Any) -> str:
+    """%s: the value as ``string()`` converts it; lists and maps item by item as literals."""
     t = type(value)
     if t is str:
         return value  # type: ignore[no-any-return]
-    if t is bool:
-        return "true" if value else "false"
     if t is int or t is UInt:
         return str(int(value))
     if t is float:
-        return _non_finite(value) or go_format_f(value)
+        return go_format_g(value)
+    if t is bool:
+        return "true" if value else "false"
     if value is None:
         return "null"
     if t is bytes:
-        # Invalid UTF-8 becomes U+FFFD, one per run of bad bytes (the cel-spec wording).
-        return _INVALID_UTF8_RUN.sub("\ufffd", value.decode("utf-8", "surrogateescape"))
+        return _bytes_text(value)
     if t is list or t is tuple:
-        return "[" + ", ".join(_format_value(v) for v in value) + "]"
+        return _list(value)
     if t is dict:
-        # Stable, by key text only, as cel-go's sort.SliceStable: keys 1 and '1' print alike.
-        entries = sorted(((_format_value(plain_key(k)), _format_value(v)) for k, v in value.items()), key=lambda e: e[0])
-        return "{" + ", ".join(f"{k}: {v}" for k, v in entries) + "}"
+        return _map(value)
     if t is CelType:
         return value.name  # type: ignore[no-any-return]
-    if type_name(value) in _TIME_TYPE_NAMES and hasattr(value, "cel_string"):
+    if type_name(value) in _TIME_TYPE_NAMES:
         return value.cel_string()  # type: ignore[no-any-return]
-    raise _ClauseError(
-        "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, "
-        f"durations, and timestamps, was given {type_name(value)}"
-    )
+    raise _wrong("s", value)
+
+
+_TIME_TYPE_NAMES: Final = {"google.protobuf.Timestamp": "timestamp", "google.protobuf.Duration": "duration"}
+
+
+def _literal(value: Any) -> str:
+    """An item of a list or map under %s, written as cel-go's clauseForType and quoteForCEL do."""
+    t = type(value)
+    if t is int or t is UInt:
+        return str(int(value))
+    if t is str:
+        return go_quote(value)
+    if t is float:
+        if math.isnan(value):
+            return '"NaN"'
+        if math.isinf(value):
+            return '"+Inf"' if value > 0 else '"-Inf"'
+        return f"{value:.6f}"  # Go's %.6f: no grouping, the sign of zero kept
+    if t is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if t is bytes:
+        return "b" + go_quote(_bytes_text(value))
+    if t is list or t is tuple:
+        return _list(value)
+    if t is dict:
+        return _map(value)
+    if t is CelType:
+        return value.name  # type: ignore[no-any-return]
+    name = type_name(value)
+    if name in _TIME_TYPE_NAMES:
+        return f"{_TIME_TYPE_NAMES[name]}({go_quote(value.cel_string())})"
+    raise _ClauseError(f"no formatting function for {name}")
+
+
+def _list(value: Sequence[Any]) -> str:
+    return "[" + ", ".join(_literal(v) for v in value) + "]"
+
+
+def _map(value: dict[Any, Any]) -> str:
+    entries = []
+    for k, v in value.items():
+        key = plain_key(k)
+        t = type(key)
+        if t is str:
+            text = go_quote(key)
+        elif t is bool:
+            text = "true" if key else "false"
+        elif t is int or t is UInt:
+            text = str(int(key))
+        else:
+            raise _ClauseError(f"no formatting function for map key of type {type_name(key)}")
+        entries.append((text, _literal(v)))
+    entries.sort(key=lambda e: e[0])  # stable, as cel-go's sort.SliceStable
+    return "{" + ", ".join(f"{k}:{v}" for k, v in entries) + "}"
 
 
 def _decimal(value: Any) -> str:
     t = type(value)
     if t is int or t is UInt:
         return str(int(value))
-    if t is float:
-        return _non_finite(value) or go_format_f(value)
-    raise _ClauseError(f"decimal clause can only be used on ints, uints, and doubles, was given {type_name(value)}")
+    raise _wrong("d", value)
 
 
-def _float_arg(value: Any, clause: str) -> float:
+def _double(value: Any, verb: str) -> float:
     t = type(value)
     if t is float:
         return value  # type: ignore[no-any-return]
-    if t is int or t is UInt:
-        return float(value)
-    raise _ClauseError(f"{clause} clause can only be used on ints, uints, and doubles, was given {type_name(value)}")
+    if t is str and value in _NON_FINITE_NAMES:
+        return float(value.lower().replace("infinity", "inf"))
+    raise _wrong(verb, value)
+
+
+def _printer_special(x: float) -> str | None:
+    """How golang.org/x/text's printer writes NaN and the infinities."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "∞" if x > 0 else "-∞"
+    return None
 
 
 def _fixed_point(value: Any, precision: int) -> str:
-    x = _float_arg(value, "fixed-point")
+    x = _double(value, "f")
     # Grouped by thousands as Kubernetes' en-US printer does; a zero prints without its sign.
-    return _non_finite(x) or f"{abs(x) if x == 0 else x:,.{precision}f}"
+    return _printer_special(x) or f"{abs(x) if x == 0 else x:,.{precision}f}"
 
 
 _SUPERSCRIPT: Final = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
 
-def _scientific(value: Any, precision: int) -> str:
-    """Kubernetes' ``%e``: cel-go formats with ``"%<precision>e"``, a width, so six decimals
-    always and the text padded on the left to ``precision`` characters."""
-    x = _float_arg(value, "scientific")
-    special = _non_finite(x)
-    if special:
-        return special
+def _scientific(value: Any, width: int) -> str:
+    """cel-go formats with ``"%<precision>e"``: a width, so six decimals always and the
+    text padded on the left to ``width`` characters."""
+    x = _double(value, "e")
+    special = _printer_special(x)
+    if special is not None:
+        return special.rjust(width)
     mantissa, _, exponent = f"{abs(x) if x == 0 else x:.6e}".partition("e")
     power = int(exponent)
     text = f"{mantissa}\u202f\u00d7\u202f10" + f"{'-' if power < 0 else ''}{abs(power):02d}".translate(_SUPERSCRIPT)
-    return text.rjust(precision)
+    return text.rjust(width)
 
 
 def _binary(value: Any) -> str:
@@ -184,7 +290,7 @@ def _binary(value: Any) -> str:
         return "1" if value else "0"
     if t is int or t is UInt:
         return format(int(value), "b")
-    raise _ClauseError(f"only ints, uints, and bools can be formatted as binary, was given {type_name(value)}")
+    raise _wrong("b", value)
 
 
 def _hex(value: Any, upper: bool) -> str:
@@ -196,9 +302,7 @@ def _hex(value: Any, upper: bool) -> str:
     elif t is bytes:
         text = value.hex()
     else:
-        raise _ClauseError(
-            f"only ints, uints, bytes, and strings can be formatted as hex, was given {type_name(value)}"
-        )
+        raise _wrong("x", value)
     return text.upper() if upper else text
 
 
@@ -206,66 +310,84 @@ def _octal(value: Any) -> str:
     t = type(value)
     if t is int or t is UInt:
         return format(int(value), "o")
-    raise _ClauseError(f"octal clause can only be used on ints and uints, was given {type_name(value)}")
+    raise _wrong("o", value)
 
 
-def _parse_error(message: str) -> EvalError:
-    return EvalError(f"could not parse formatting clause: {message}")
+def _render(value: Any, clause: Clause) -> str:
+    verb = clause.verb
+    if verb == "s":
+        return _string(value)
+    if verb == "d":
+        return _decimal(value)
+    if verb == "f":
+        return _fixed_point(value, _DEFAULT_PRECISION if clause.precision is None else clause.precision)
+    if verb == "e":
+        return _scientific(value, _DEFAULT_PRECISION if clause.precision is None else clause.precision)
+    if verb == "b":
+        return _binary(value)
+    if verb == "o":
+        return _octal(value)
+    return _hex(value, verb == "X")
 
 
-def _parse_precision(fmt: str, i: int) -> tuple[int, int]:
-    """The precision of the clause whose text starts at fmt[i] and where its verb is."""
-    if fmt[i] != ".":
-        return _DEFAULT_PRECISION, i
-    start = j = i + 1
-    while True:
-        if j >= len(fmt):
-            raise _parse_error("error while parsing precision: could not find end of precision specifier")
-        if not ("0" <= fmt[j] <= "9"):
-            break
-        j += 1
-    text = fmt[start:j]
-    if not text or int(text) > _INT64_MAX:
-        reason = "invalid syntax" if not text else "value out of range"
-        raise _parse_error(
-            f'error while parsing precision: error while converting precision to integer: strconv.Atoi: parsing "{text}": {reason}'
-        )
-    precision = int(text)
-    if precision > _MAX_PRECISION:
-        raise _parse_error(
-            f"error while parsing precision: precision {precision} exceeds maximum allowed precision {_MAX_PRECISION}"
-        )
-    return precision, j
+# -- the format string ------------------------------------------------------------
 
 
-def _format_clause(fmt: str, i: int, value: Any) -> tuple[str, int]:
-    """Format ``value`` by the clause after the '%' at fmt[i-1]; the text and the index after the clause."""
-    precision, j = _parse_precision(fmt, i)
-    verb = fmt[j]
-    try:
-        if verb == "s":
-            text = _format_value(value)
-        elif verb == "d":
-            text = _decimal(value)
-        elif verb == "f":
-            text = _fixed_point(value, precision)
-        elif verb == "e":
-            text = _scientific(value, precision)
-        elif verb == "b":
-            text = _binary(value)
-        elif verb == "x" or verb == "X":
-            text = _hex(value, verb == "X")
-        elif verb == "o":
-            text = _octal(value)
-        else:
-            raise _parse_error(f'unrecognized formatting clause "{verb}"')
-    except _ClauseError as exc:
-        raise EvalError(f"error during formatting: {exc}") from None
-    return text, j + 1
+@dataclass(frozen=True)
+class Clause:
+    verb: str  # one of s d f e b x X o
+    precision: int | None  # None: none given
 
 
-def format_string(fmt: str, args: list[Any] | tuple[Any, ...]) -> str:
-    """printf-style substitution of ``args`` into ``fmt`` (see the module doc)."""
+class FormatProblem(Exception):
+    """What is wrong with a format string or an argument; ``argument`` is the index of
+    the argument a clause refused, when it was one."""
+
+    def __init__(self, message: str, argument: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.argument = argument
+
+
+def _parse_error(message: str) -> FormatProblem:
+    return FormatProblem(f"could not parse formatting clause: {message}")
+
+
+def _parse_clause(fmt: str, i: int) -> tuple[Clause, int]:
+    """The clause whose text starts at fmt[i] (after its '%') and the index after it."""
+    precision: int | None = None
+    if fmt[i] == ".":
+        start = i = i + 1
+        while True:
+            if i >= len(fmt):
+                raise _parse_error("error while parsing precision: could not find end of precision specifier")
+            if not ("0" <= fmt[i] <= "9"):
+                break
+            i += 1
+        text = fmt[start:i]
+        if not text or int(text) > _INT64_MAX:
+            reason = "invalid syntax" if not text else "value out of range"
+            raise _parse_error(
+                f'error while parsing precision: error while converting precision to integer: strconv.Atoi: parsing "{text}": {reason}'
+            )
+        precision = int(text)
+        if precision > _MAX_PRECISION:
+            raise _parse_error(
+                f"error while parsing precision: precision {precision} exceeds maximum allowed precision {_MAX_PRECISION}"
+            )
+    verb = fmt[i]
+    if verb not in CLAUSE_MESSAGES:
+        # cel-go reads the verb as one byte: a multi-byte character shows as its first byte.
+        shown = chr(verb.encode("utf-8", "surrogatepass")[0])
+        raise _parse_error(f'unrecognized formatting clause "{shown}"')
+    return Clause(verb, precision), i + 1
+
+
+def interpolate(fmt: str, count: int, render: Callable[[int, Clause], str], *, checking: bool = False) -> tuple[str, int]:
+    """Walk ``fmt`` as cel-go's parseFormatString: ``render(index, clause)`` gives the text
+    of each clause's argument (of ``count``). Returns the text and how many arguments the
+    clauses used. ``checking``: cel-go's static validator, whose argument lookup never
+    fails, so a '%' at the end is reported before a missing argument."""
     out: list[str] = []
     arg_index = 0
     i = 0
@@ -281,15 +403,33 @@ def format_string(fmt: str, args: list[Any] | tuple[Any, ...]) -> str:
             out.append("%")
             i += 1
             continue
-        # cel-go checks for a missing argument before a missing verb.
-        if arg_index >= len(args):
-            raise EvalError(f"index {arg_index} out of range")
+        if not checking and arg_index >= count:
+            raise FormatProblem(f"index {arg_index} out of range")
         if i >= n:
-            raise EvalError("unexpected end of string")
-        text, i = _format_clause(fmt, i, args[arg_index])
-        out.append(text)
+            raise FormatProblem("unexpected end of string")
+        if arg_index >= count:
+            raise FormatProblem(f"index {arg_index} out of range")
+        clause, i = _parse_clause(fmt, i)
+        try:
+            out.append(render(arg_index, clause))
+        except _ClauseError as exc:
+            raise FormatProblem(f"error during formatting: {exc}", arg_index) from None
         arg_index += 1
-    return "".join(out)
+    return "".join(out), arg_index
+
+
+def clause_error(message: str) -> Exception:
+    """The exception a ``render`` passed to ``interpolate`` raises for an argument the
+    clause refuses: reported as 'error during formatting: <message>'."""
+    return _ClauseError(message)
+
+
+def format_string(fmt: str, args: Sequence[Any]) -> str:
+    """printf-style substitution of ``args`` into ``fmt`` (see the module doc)."""
+    try:
+        return interpolate(fmt, len(args), lambda index, clause: _render(args[index], clause))[0]
+    except FormatProblem as exc:
+        raise EvalError(exc.message) from None
 
 
 def format_method(fmt: str, *args: Any) -> str:
