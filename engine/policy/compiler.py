@@ -127,6 +127,14 @@ class _PolicyCompiler:
             self.error("KPE300", path, cel.TOO_DEEP)
             return None
 
+    def _defined_later(self, name: str) -> int | None:
+        """The index in ``spec.variables`` of ``name``, which is not defined before the current point."""
+        entries = self.spec.get("variables") if isinstance(self.spec, dict) else None
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            if isinstance(entry, dict) and entry.get("name") == name:
+                return i
+        return None
+
     def _expression(self, path: Path, kind: str, *, scope_of: str | None = None) -> Expression | None:
         text = self._get(path)
         scope_kind = scope_of or kind
@@ -147,6 +155,19 @@ class _PolicyCompiler:
         unknown = [name for name in used if name not in known]
         for name in unknown:
             defined = ", ".join(self.variables) or "none"
+            later = self._defined_later(name)
+            if later is not None and tuple(path[:3]) == ("spec", "variables", later):
+                self.error("KPE304", path, f"variable 'variables.{name}' reads itself")
+                continue
+            if later is not None:
+                # It exists, so "unknown" would be false: what is wrong is where it is defined.
+                self.error(
+                    "KPE304",
+                    path,
+                    f"variable 'variables.{name}' is defined after this point (at spec.variables[{later}]); an expression "
+                    f"reads only the variables defined before it (defined before this point: {defined})",
+                )
+                continue
             close = cel_types.closest(name, known)
             hint = f"; did you mean 'variables.{close}'?" if close else ""
             self.error("KPE304", path, f"unknown variable 'variables.{name}'{hint} (defined before this point: {defined})")
