@@ -58,6 +58,10 @@ NO_SPECS = CountSpecs()
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
+    if type(meta) is dict:  # JSON objects: the isinstance checks below only for other mappings
+        labels = meta.get("labels")
+        if type(labels) is dict:
+            return labels
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
     return labels if isinstance(labels, Mapping) else {}
 
@@ -182,9 +186,14 @@ class CountIndex:
         return value if type(value) is str else None
 
     def in_domain(self, node: Mapping[str, Any], key: str, selector: Selector) -> int:
-        per = self.per_domain(key, selector)
-        domain = self.domain_of(node, key)
-        return per.get(domain, 0) if domain is not None else 0
+        table = self._domains.get((selector[0], key))
+        if table is None:
+            raise not_counted(selector[0], key)
+        per = table.get(selector[1])
+        if not per:
+            return 0
+        domain = _labels(node).get(key)
+        return per.get(domain, 0) if type(domain) is str else 0
 
     def domains(self, key: str, selector: Selector) -> int:
         return len(self.per_domain(key, selector))

@@ -56,6 +56,11 @@ class Counts:
 
 def selector_of(name: str, selector: Any) -> Selector:
     """A CEL map of label keys to values as a ``Selector`` (an error for anything else)."""
+    if type(selector) is dict and len(selector) == 1:
+        # The common case, on every node of a request: one label, no sorting.
+        for key, value in selector.items():
+            if type(key) is str and type(value) is str:
+                return (key,), (value,)
     if type(selector) is not dict and not isinstance(selector, Mapping):
         raise EvalError(f"counts.{name}: the selector must be a map of label keys to values, got {type(selector).__name__}")
     keys = tuple(sorted(selector))
@@ -66,13 +71,13 @@ def selector_of(name: str, selector: Any) -> Selector:
 
 
 def _key(name: str, key: Any) -> str:
-    if type(key) is not str or not key:
+    if type(key) is not str or not key:  # the compiler takes literals only: a check, not a cost
         raise EvalError(f"counts.{name}: the topology key must be a node label key, got {key!r}")
     return key
 
 
 def in_domain(counts: Any, node: Any, key: Any, selector: Any) -> int:
-    if type(counts) is not Counts or not isinstance(node, Mapping):
+    if type(counts) is not Counts or (type(node) is not dict and not isinstance(node, Mapping)):
         raise no_such_overload("inDomain", counts, node, key, selector)
     return counts._source("inDomain").in_domain(node, _key("inDomain", key), selector_of("inDomain", selector))
 
