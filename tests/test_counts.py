@@ -18,7 +18,7 @@ from engine.cluster.inflight import InFlight
 from engine.cluster.nodeinfo import node_info_map, pod_key
 from engine.decisions.filtering import filter_nodes as plain_filter
 from engine.equivalence.classes import EquivalenceCache
-from engine.equivalence.counting import count_in_flight, in_flight_counts
+from engine.equivalence.inflight import count_across, in_flight_counts
 from engine.equivalence.filtering import filter_nodes
 from engine.policy.loader import PolicyLoadError, load_text
 from engine.policy.model import PolicySet
@@ -170,7 +170,7 @@ def test_pods_in_flight_count_in_every_zone_they_were_passed_in() -> None:
     result = plain_filter(loaded, pod("new"), nodes, node_info={}, counts=Counts(index))
     assert result.passed == ["a1", "b1", "c1"]
     adjusted = in_flight_counts(index, in_flight, pod("new"))
-    assert count_in_flight(result, loaded, pod("new"), nodes, adjusted, node_info={}) == 1
+    assert count_across(result, loaded, pod("new"), nodes, adjusted, node_info={}) == 1
     assert result.passed == ["b1", "c1"]
     assert "not yet seen bound" in result.failed["a1"]
     assert in_flight_counts(index, in_flight, pod("f1")) is not None  # the pod itself is left out, the other stays

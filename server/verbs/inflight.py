@@ -5,7 +5,7 @@ filters read ``nodeInfo`` is judged with the pods in flight counted
 
 Recording costs a dictionary entry per node passed, so it is done only while a policy in
 the serving set reads ``nodeInfo`` in its filters: without one, no decision would look.
-Pods in flight count in ``counts`` too (``engine.equivalence.counting``), wherever they
+Pods in flight count in ``counts`` too (``engine.equivalence.inflight.count_across``), wherever they
 were passed. It is done on the event loop before the answer is written, so the scheduler's next filter
 (sent after it has this answer) finds it.
 """
@@ -19,9 +19,7 @@ from engine.cluster.nodeinfo import NodesByName
 from engine.decisions.deadline import Deadline
 from engine.decisions.filtering import FilterResult
 from engine.equivalence.classes import Offload
-from engine.equivalence.counting import count_in_flight as count_across
-from engine.equivalence.counting import counting_policies, in_flight_counts
-from engine.equivalence.inflight import Counting, count_in_flight, pods_in_flight
+from engine.equivalence.inflight import Counting, count_across, count_in_flight, counting_policies, in_flight_counts, pods_in_flight
 from engine.policy.model import PolicySet
 
 from server.state import ServerState

@@ -2,7 +2,7 @@
 through the real kube-scheduler: the shipped ``app-zone-cap`` (at most two pods of an app in a
 zone), 30 pods of three apps created at once over three zones of two nodes each. kube-scheduler
 binds in the background while it filters the next pods, so kpe must count the pods it passed
-and has not seen bound in every zone they may land in (engine.equivalence.counting). Sampled
+and has not seen bound in every zone they may land in (engine.equivalence.inflight). Sampled
 every 100 ms, no zone ever holds a third pod of an app, and every zone ends with two of each.
 
 ``KPE_E2E_IN_FLIGHT_S=0`` runs kpe without counting pods in flight (``--in-flight-s 0``), which
