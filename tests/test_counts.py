@@ -210,3 +210,16 @@ def test_the_server_cache_keeps_the_counts_from_watch_events() -> None:
     cache.apply(pods, {"type": "DELETED", "object": pod("w1", "a1")})
     assert cache.count_index.cluster(sel) == 1
     assert cache.count_index.in_domain(node("x", "b"), ZONE, sel) == 1
+
+
+def test_a_reloaded_set_that_counts_by_other_labels_has_the_cache_count_them_before_it_serves() -> None:
+    from server.cluster.cache import ClusterCache
+
+    cache = ClusterCache(cast(Any, object()))
+    cache.apply(cache._informers["node"], {"type": "ADDED", "object": node("a1", "a")})
+    cache.apply(cache._informers["pod"], {"type": "ADDED", "object": pod("w1", "a1")})
+    candidate = policies()
+    cache._before_swap(candidate)  # the cache is not running: counted at once
+    assert cache.count_index.specs.domains == candidate.counts.domains
+    assert Counts(cache.count_index).source is cache.count_index
+    assert cache.count_index.in_domain(node("x", "a"), ZONE, (("app",), ("web",))) == 1
