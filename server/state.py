@@ -107,6 +107,10 @@ class ServerState:
     def node_info(self) -> Mapping[str, Any] | None:
         return self.cache.node_info if self.cache is not None else None
 
+    def counts(self) -> Any:
+        """``counts`` from the cache (None without one: every call is then an evaluation error)."""
+        return self.cache.counts if self.cache is not None else None
+
     def resolve_nodes(self, names: list[str], verb: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Nodes for the names the scheduler sent; unknown names fail with a reason that says so."""
         assert self.cache is not None

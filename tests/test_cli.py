@@ -34,7 +34,7 @@ def run(*argv: str) -> tuple[int, str]:
 def test_check_lists_the_policies_and_exits_0_when_clean() -> None:
     code, out = run("check", str(ROOT / "policies"))
     assert code == 0
-    assert "9 policies OK (generation " in out
+    assert "12 policies OK (generation " in out
     assert "gpu-placement" in out and "Audit" in out
 
 

@@ -17,6 +17,7 @@ import yaml
 
 from engine import cel
 from engine.cel.types import names
+from engine.cluster.counts import CountSpecs, counts_of
 from server.cli.main import build_parser
 from server.settings import Settings, env_name
 
@@ -172,9 +173,18 @@ def examples() -> list[str]:
     return found
 
 
+# The cluster the examples of `counts` (docs/cel-functions.md, "Counts across nodes") count in.
+DOC_NODES = [{"metadata": {"name": n, "labels": {"topology.kubernetes.io/zone": z}}} for n, z in (("n1", "a"), ("n2", "a"), ("n3", "b"))]
+DOC_PODS = [{"metadata": {"name": f"web-{i}", "labels": {"app": "web"}}, "spec": {"nodeName": n}} for i, n in enumerate(("n1", "n2", "n3"))]
+
+
 @pytest.mark.parametrize("example", examples())
 def test_examples_are_true(example: str) -> None:
-    assert cel.compile(example).evaluate({}) is True
+    if "counts." not in example:
+        assert cel.compile(example).evaluate({}) is True
+        return
+    specs = CountSpecs(frozenset({(("app",), "topology.kubernetes.io/zone")}), frozenset({("app",)}))
+    assert cel.compile(example, variables=["counts"]).evaluate({"counts": counts_of(specs, DOC_NODES, DOC_PODS)}) is True
 
 
 # -- architecture ---------------------------------------------------------------------------

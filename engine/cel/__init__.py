@@ -35,7 +35,7 @@ from engine.cel.types.values import CelType, Optional, UInt, type_name
 # Kubernetes helpers (kube.*: what kube-scheduler computes about pods and nodes).
 LIBRARY_MODULES = (
     "interpreter.runtime", "ext.strings", "types.conversions", "ext.timestamps", "ext.regex", "ext.lists", "ext.sets", "ext.comprehensions", "ext.format", "ext.quantity",
-    "ext.semver", "ext.network", "ext.urls", "ext.kube",
+    "ext.semver", "ext.network", "ext.urls", "ext.kube", "types.counts",
 )
 
 

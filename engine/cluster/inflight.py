@@ -134,6 +134,11 @@ class InFlight:
         return found
 
 
+    def held(self, *, besides: str = "") -> list[tuple[Obj, frozenset[str]]]:
+        """Every pod in flight with the nodes it counts on, ``besides`` (a pod key) left out."""
+        return [(pod, nodes) for key, (pod, nodes, _) in list(self._pods.items()) if key != besides]
+
+
 def with_pods(view: Mapping[str, Any] | None, pods: list[Obj], *, requests: dict[Any, dict[str, Quantity]] | None = None) -> dict[str, Any]:
     """A node's ``nodeInfo`` view with ``pods`` added (as ``NodeInfoAccumulator`` would count
     them). ``requests`` keeps the summed requests of each list of pods across the calls of one

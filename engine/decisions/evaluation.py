@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import cel
+from engine.cel.types.counts import NO_COUNTS
 from engine.cel.interpreter.runtime import Unbound
 from engine.policy.model import Expression, Policy, PolicySet
 
 # Names fixed for a whole request (one pod), as opposed to per node or victim.
-POD_LEVEL = frozenset(("pod", "params", "now", "nodes", "pods", "admitted"))
+POD_LEVEL = frozenset(("pod", "params", "now", "nodes", "pods", "admitted", "counts"))
 
 
 def current_time() -> Any:
@@ -79,7 +80,7 @@ class PolicyScope:
 
     def __init__(self, policy: Policy, fixed: Mapping[str, Any]) -> None:
         self.policy = policy
-        self.fixed = {"params": policy.params, **fixed}
+        self.fixed = {"params": policy.params, "counts": NO_COUNTS, **fixed}
         self._pod_values: dict[str, Any] = {}
         self._bound: dict[int, tuple[Callable[..., Any] | None, tuple[str, ...], BaseException | None]] = {}
 

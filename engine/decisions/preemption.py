@@ -34,10 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import cel
+from engine.cel.types.counts import Counts
+from engine.cluster.counts import Adjusted, CountIndex
 from engine.decisions.evaluation import matching_scopes, request_inputs, run_rule
 from engine.decisions.deadline import Deadline
 from engine.decisions.filtering import NO_NODE_INFO, RuleEvent, filter_nodes
-from engine.cluster.nodeinfo import NodeInfoAccumulator, pod_key
+from engine.cluster.nodeinfo import NodeInfoAccumulator, node_name, pod_key
+from engine.policy.counts import reads_counts
 from engine.policy.model import PolicySet
 from engine.policy.reservation import preemption_veto
 
@@ -70,12 +73,13 @@ def preempt(
     node_info: Mapping[str, Any] | None = None,
     now: Any = None,
     deadline: Deadline | None = None,
+    counts: Any = None,
 ) -> PreemptionResult:
     """Keep the candidate nodes (and their victims) that every policy allows. Past
     ``deadline``, the candidates left are dropped when a matching Enforce policy
     fails closed, and kept otherwise."""
     result = PreemptionResult(policy_set.generation)
-    inputs = request_inputs(pod, now)
+    inputs = request_inputs(pod, now) if counts is None else request_inputs(pod, now, counts=counts)
     matching = matching_scopes(policy_set, pod, inputs)
     scopes = [s for s in matching if s.policy.preemption]
     reservations = policy_set.reservations
@@ -84,7 +88,7 @@ def preempt(
     # an owner takes: the filters re-run after the evictions are everything else's.
     refiltered = _filters_after_evictions(
         policy_set.without_reservations, pod, candidates, [s for s in matching if s.policy.reservation is None], result,
-        nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline,
+        nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline, counts=counts,
     )
     closed = [s for s in matching if s.policy.enforce and s.policy.fail_closed and (s.policy.filters or s.policy.preemption)]
     for name, victims in candidates.items():
@@ -182,6 +186,7 @@ def _filters_after_evictions(
     node_info: Mapping[str, Any] | None,
     now: Any,
     deadline: Deadline | None = None,
+    counts: Any = None,
 ) -> dict[str, str]:
     """The candidate nodes the filters still reject once the victims are gone,
     with the reason. Runs the filter decision itself (same order, messages,
@@ -211,15 +216,33 @@ def _filters_after_evictions(
             after[name] = without_victims(node_info.get(name), victims)
     if not known:
         return rejected
-    verdict = filter_nodes(policy_set, pod, known, node_info=after if node_info is not None else None, now=now, deadline=deadline)
-    result.overdue += verdict.overdue
-    result.errors.extend(verdict.errors)
-    result.audit_rejections.extend(verdict.audit_rejections)
-    for label, n in verdict.rejections.items():
-        result.rejections[label] = result.rejections.get(label, 0) + n
-    for name, reason in {**verdict.failed, **verdict.unresolvable}.items():
-        rejected[name] = AFTER_EVICTIONS + reason
+    if counts is None or not any(reads_counts(s.policy) for s in matching):
+        verdicts = [filter_nodes(policy_set, pod, known, node_info=after if node_info is not None else None, now=now, deadline=deadline, counts=counts)]
+    else:
+        # Counts across nodes differ per candidate: each is judged with its own victims gone.
+        verdicts = [
+            filter_nodes(policy_set, pod, [node], node_info=after if node_info is not None else None, now=now, deadline=deadline,
+                         counts=without_counted(counts, candidates[node_name(node)], node_name(node)))
+            for node in known
+        ]
+    for verdict in verdicts:
+        result.overdue += verdict.overdue
+        result.errors.extend(verdict.errors)
+        result.audit_rejections.extend(verdict.audit_rejections)
+        for label, n in verdict.rejections.items():
+            result.rejections[label] = result.rejections.get(label, 0) + n
+        for name, reason in {**verdict.failed, **verdict.unresolvable}.items():
+            rejected[name] = AFTER_EVICTIONS + reason
     return rejected
+
+
+def without_counted(counts: Any, victims: Sequence[Mapping[str, Any]], node: str) -> Any:
+    """``counts`` as they would be once ``victims`` (on ``node``) are evicted."""
+    index = counts.source if isinstance(counts, Counts) else None
+    if not isinstance(index, CountIndex):
+        return counts
+    labels = index.labels_of(node)
+    return Counts(Adjusted(index, removed=[(v, labels) for v in victims]))
 
 
 def without_victims(info: Mapping[str, Any] | None, victims: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -8,6 +8,15 @@ whose matching policies read ``nodeInfo`` in their filters, the nodes it passed 
 have pods in flight are evaluated once more with those pods added: a node passes only
 if it passes both ways. Nothing else pays: a pod whose filters do not read ``nodeInfo``,
 or a request with no pod in flight on the nodes it passed, costs one check.
+
+Pods in flight count in ``counts`` too (``count_across``). A rule that reads ``counts`` is
+never remembered (``engine.equivalence.reads``), so the filter already ran it against the
+counts the cache keeps. Only while pods are in flight, and only for a pod whose matching
+policies read ``counts`` in their filters, the nodes it passed are evaluated once more by
+those policies with every pod in flight counted in every domain of the nodes it was passed
+on (wherever it lands, no domain holds more: ``engine.cluster.counts.Adjusted``); a node
+passes only if it passes both ways: a burst of 30 replicas under "at most 2 per zone"
+cannot put a third in a zone while the first two are still being bound.
 """
 
 from __future__ import annotations
@@ -18,11 +27,14 @@ from typing import Any
 
 from engine.cel.parser import ast
 
+from engine.cel.types.counts import Counts
+from engine.cluster.counts import Adjusted, CountIndex
 from engine.cluster.inflight import InFlight, with_pods
 from engine.cluster.nodeinfo import NodesByName, node_names, pod_key
 from engine.decisions.deadline import Deadline
 from engine.decisions.filtering import FilterResult, count_rules, filter_nodes
 from engine.equivalence.reads import PolicyReads
+from engine.policy.counts import reads_counts
 from engine.policy.model import Expression, Policy, PolicySet
 
 # Pods in flight named in a rejection, at most.
@@ -97,6 +109,7 @@ def count_in_flight(
     node_info: Mapping[str, Any] | None,
     now: Any = None,
     deadline: Deadline | None = None,
+    counts: Any = None,
 ) -> int:
     """Fail the nodes ``result`` passed where the filters reject ``pod`` once the pods in
     flight there (``on``, from ``pods_in_flight``) are counted; how many it failed. Changes
@@ -118,7 +131,7 @@ def count_in_flight(
             info[name] = with_pods(view, pods, requests=requests)
         else:
             info[name] = {"pods": [*view["pods"], *pods], "podCount": view["podCount"] + len(pods), "requested": view["requested"]}
-    again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline)
+    again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline, counts=counts)
     rejected = {**again.failed, **again.unresolvable}
     if not rejected:
         return 0
@@ -136,3 +149,53 @@ def _named(pods: list[Mapping[str, Any]]) -> str:
         names.append(f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}")
     more = f" and {len(pods) - NAMED} more" if len(pods) > NAMED else ""
     return f"{len(pods)} pod{'s' if len(pods) != 1 else ''} in flight ({', '.join(names)}{more})"
+
+
+def in_flight_counts(index: CountIndex, in_flight: InFlight | None, pod: Mapping[str, Any]) -> Counts | None:
+    """``counts`` with the pods in flight added (None when there are none besides ``pod``)."""
+    if in_flight is None or not len(in_flight) or not index.specs:
+        return None
+    held = in_flight.held(besides=pod_key(pod))
+    if not held:
+        return None
+    return Counts(Adjusted(index, added=[(p, index.domains_of(nodes)) for p, nodes in held]))
+
+
+def counting_policies(policy_set: PolicySet, result: FilterResult) -> tuple[Policy, ...]:
+    """The policies ``result`` matched whose filters read ``counts``."""
+    if not policy_set.counts:
+        return ()
+    return tuple(p for p in policy_set.policies if p.name in result.matched and p.filters and reads_counts(p))
+
+
+def count_across(
+    result: FilterResult,
+    policy_set: PolicySet,
+    pod: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]] | NodesByName,
+    counts: Counts | None,
+    *,
+    node_info: Mapping[str, Any] | None,
+    now: Any = None,
+    deadline: Deadline | None = None,
+) -> int:
+    """Fail the nodes ``result`` passed where the matching policies that read ``counts`` reject
+    ``pod`` with the pods in flight counted (``counts``, from ``in_flight_counts``); how many
+    it failed. Changes ``result`` in place."""
+    policies = counting_policies(policy_set, result)
+    if counts is None or not result.passed or not policies:
+        return 0
+    passed = set(result.passed)
+    if isinstance(nodes, NodesByName):
+        objects = [s.node for name in result.passed if (s := nodes.states.get(name)) is not None]
+    else:
+        objects = [n for n, name in zip(nodes, node_names(nodes)) if name in passed]
+    again = filter_nodes(policy_set.subset(policies), pod, objects, node_info=node_info, now=now, deadline=deadline, counts=counts)
+    rejected = {**again.failed, **again.unresolvable}
+    if not rejected:
+        return 0
+    result.passed = [name for name in result.passed if name not in rejected]
+    for name, reason in rejected.items():
+        result.failed[name] = f"{reason} (counting the pods kube-scheduler may have placed and kpe has not yet seen bound)"
+    result.rejections = count_rules(result.failed.values(), result.unresolvable.values())
+    return len(rejected)

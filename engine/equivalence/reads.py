@@ -15,6 +15,10 @@ from engine.cel.parser import ast
 from engine.policy.model import Expression, Policy
 
 Path = tuple[str, ...]
+# What changes between two requests without any node or nodeInfo being replaced: the clock,
+# and pods counted across nodes (a pod bound on one node changes the count of every other
+# node in its zone), so rules reading them are evaluated anew, never remembered.
+PER_REQUEST = frozenset(("now", "counts"))
 
 
 class PolicyReads:
@@ -48,14 +52,16 @@ class PolicyReads:
         return self._node_info.get(verb, True)
 
     def timed(self, *expressions: Expression | None) -> bool:
-        """Whether any of the expressions reads ``now``, directly or through a policy variable."""
+        """Whether any of the expressions reads ``now`` or ``counts``, directly or through a
+        policy variable: what they give changes between requests with no node or nodeInfo
+        replaced, so they run on every request and are never remembered."""
         return any(e is not None and self._reads_now(e) for e in expressions)
 
     def _reads_now(self, expr: Expression) -> bool:
         found = self._timed.get(expr.path)
         if found is None:
             self._timed[expr.path] = False  # variables cannot form cycles (the compiler checks), this only guards
-            found = "now" in ast.free_variables(expr.root) or any(self._reads_now(self.policy.variable(v).expression) for v in expr.variables)
+            found = not PER_REQUEST.isdisjoint(ast.free_variables(expr.root)) or any(self._reads_now(self.policy.variable(v).expression) for v in expr.variables)
             self._timed[expr.path] = found
         return found
 
@@ -89,7 +95,7 @@ class PolicyReads:
 
     def _operand_reads_now(self, node: ast.Node) -> bool:
         free = ast.free_variables(node)
-        if "now" in free:
+        if not PER_REQUEST.isdisjoint(free):
             return True
         return "variables" in free and any(self._reads_now(self.policy.variable(v).expression) for v in _variables_read(node))
 

@@ -26,7 +26,9 @@ from engine.cel.checker.typemodel import Type as CelType
 from engine.cel.parser.parser import parse as parse_cel
 from engine.policy.documents import Document, Path, format_path
 from engine.errors import Location, PolicyError
+from engine.policy.counts import call_problems
 from engine.policy.model import (
+    COUNTS,
     NODE_SCOPE,
     NODE_VARIABLE_KINDS,
     SCOPES,
@@ -143,6 +145,11 @@ class _PolicyCompiler:
             root = parse_cel(text)
         except cel.CompileError as exc:
             self._cel_error("KPE300", path, text, exc)
+            return None
+        counted = call_problems(root) if "counts" in SCOPES[scope_kind] else []
+        for offset, message in counted:
+            self._cel_error("KPE308", path, text, cel.CompileError(message, text=text, offset=offset))
+        if counted:
             return None
         used = _variable_references(root)
         known = set(self.variables)
@@ -314,7 +321,7 @@ class _PolicyCompiler:
             if expr is None:
                 self.broken.add(raw["name"])
                 continue
-            reads_node = bool(expr.program.free_variables & set(NODE_SCOPE)) or any(
+            reads_node = bool(expr.program.free_variables & {*NODE_SCOPE, *COUNTS}) or any(
                 self.variables[v].node_scoped for v in expr.variables
             )
             reads_info = "nodeInfo" in expr.program.free_variables or any(self.variables[v].reads_node_info for v in expr.variables)
@@ -331,7 +338,9 @@ class _PolicyCompiler:
                 reads_info = "nodeInfo" in expr.program.free_variables or any(
                     self.variables[v].reads_node_info for v in expr.variables if v in self.variables
                 )
-                filters.append(FilterRule(raw["name"], expr, message, msg_expr, declared or not reads_info, declared, reads_info))
+                # Evicting pods changes counts across nodes too (victims leave their zone's count).
+                resolvable = reads_info or "counts" in expr.program.free_variables
+                filters.append(FilterRule(raw["name"], expr, message, msg_expr, declared or not resolvable, declared, reads_info))
         scores = []
         for i, raw in enumerate(spec.get("scores") or []):
             expr = self.expression(("spec", "scores", i, "expression"), "score")

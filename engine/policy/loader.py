@@ -13,6 +13,7 @@ from pathlib import Path
 from engine.policy.compiler import CostLimits, compile_policy
 from engine.policy.documents import Document, load_documents
 from engine.errors import Location, PolicyError, PolicyLoadError
+from engine.policy.counts import count_specs
 from engine.policy.reads import pod_projection
 from engine.policy.model import SYSTEM_NAMESPACES, Policy, PolicySet
 from engine.policy.schema import validate
@@ -208,6 +209,7 @@ def load(
         pod_projection=pod_projection(ordered),
         excluded_namespaces=frozenset(excluded_namespaces),
         skipped=tuple(skipped),
+        counts=count_specs(ordered),
     )
     return policy_set
 
@@ -220,5 +222,6 @@ def load_text(text: str, *, file: str = "<inline>", cost_limits: CostLimits | No
     if errors:
         raise PolicyLoadError(errors)
     ordered = tuple(sorted(policies, key=lambda p: p.name))
-    policy_set = PolicySet(ordered, generation_of(ordered), (file,), pod_projection=pod_projection(ordered), excluded_namespaces=frozenset(excluded_namespaces))
+    policy_set = PolicySet(ordered, generation_of(ordered), (file,), pod_projection=pod_projection(ordered), excluded_namespaces=frozenset(excluded_namespaces),
+                           counts=count_specs(ordered))
     return policy_set

@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from engine import cel
+from engine.cluster.counts import NO_SPECS, CountSpecs
 from engine.cluster.projection import EVERYTHING, Projection
 from engine.errors import Location
 from engine.policy.selectors import LabelSelector
@@ -16,14 +17,16 @@ from engine.policy.selectors import LabelSelector
 # `nodeInfo` are node-scoped; every other variable is pod-scoped.
 POD_SCOPE = ("pod", "params", "now")
 NODE_SCOPE = ("node", "nodeInfo")
+# Pods counted across nodes (engine/cel/types/counts.py): fixed for a request, read beside the node.
+COUNTS = ("counts",)
 SCOPES: dict[str, tuple[str, ...]] = {
     "match": POD_SCOPE,
-    "variable": NODE_SCOPE + POD_SCOPE,
-    "filter": NODE_SCOPE + POD_SCOPE,
-    "score": NODE_SCOPE + POD_SCOPE,
+    "variable": NODE_SCOPE + POD_SCOPE + COUNTS,
+    "filter": NODE_SCOPE + POD_SCOPE + COUNTS,
+    "score": NODE_SCOPE + POD_SCOPE + COUNTS,
     "admission": POD_SCOPE + ("nodes", "pods", "admitted"),
-    "victim": NODE_SCOPE + POD_SCOPE + ("victim",),
-    "preemption-node": NODE_SCOPE + POD_SCOPE + ("victims",),
+    "victim": NODE_SCOPE + POD_SCOPE + COUNTS + ("victim",),
+    "preemption-node": NODE_SCOPE + POD_SCOPE + COUNTS + ("victims",),
 }
 # Scopes in which node-scoped variables may be used.
 NODE_VARIABLE_KINDS = frozenset(("filter", "score", "victim", "preemption-node"))
@@ -171,6 +174,9 @@ class PolicySet:
     pod_projection: Projection = field(default=EVERYTHING, compare=False, repr=False, kw_only=True)
     # Pods in these namespaces match no policy (``engine.decisions.evaluation.matching_scopes``).
     excluded_namespaces: frozenset[str] = field(default=frozenset(SYSTEM_NAMESPACES), compare=False, repr=False, kw_only=True)
+    # What its expressions count across nodes (``engine.policy.counts``), worked out by the loader:
+    # what kpe's cache keeps counts for. A set made by hand counts nothing.
+    counts: CountSpecs = field(default=NO_SPECS, compare=False, repr=False, kw_only=True)
     # Other tools' objects the loader found beside the policies and left out ("file:line: Kind (apiVersion)").
     skipped: tuple[str, ...] = field(default=(), compare=False, repr=False, kw_only=True)
 
@@ -204,5 +210,5 @@ class PolicySet:
     def subset(self, policies: tuple[Policy, ...]) -> PolicySet:
         """Some of the set's policies, served as the set is (same generation, projection and
         excluded namespaces)."""
-        return PolicySet(policies, self.generation, self.files, pod_projection=self.pod_projection, excluded_namespaces=self.excluded_namespaces)
+        return PolicySet(policies, self.generation, self.files, pod_projection=self.pod_projection, excluded_namespaces=self.excluded_namespaces, counts=self.counts)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.cel.parser import ast
-from engine.cluster.projection import EMPTY, EVERYTHING, ITEM, KPE_READS, Projection, Builder
+from engine.cluster.projection import EMPTY, EVERYTHING, ITEM, KPE_READS, Projection, Builder, from_paths
 from engine.policy.model import Expression, Policy, PolicySet
 
 if TYPE_CHECKING:
@@ -358,5 +358,10 @@ def policy_reads(policies: PolicySet | Iterable[Policy], library: Library | None
 
 
 def pod_projection(policies: PolicySet | Iterable[Policy], library: Library | None = None) -> Projection:
-    """What kpe's cache keeps of a bound pod under these policies."""
-    return KPE_READS.union(policy_reads(policies, library))
+    """What kpe's cache keeps of a bound pod under these policies (with the labels they
+    count pods by: ``engine.cluster.counts`` reads them)."""
+    from engine.policy.counts import count_specs
+
+    listed = policies.policies if isinstance(policies, PolicySet) else tuple(policies)
+    labels = from_paths(("metadata", "labels", key) for keys in count_specs(listed).key_sets for key in keys)
+    return KPE_READS.union(policy_reads(listed, library)).union(labels)

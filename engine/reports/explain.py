@@ -13,6 +13,7 @@ from engine.decisions.admission import AdmissionResult, admit
 from engine.decisions.evaluation import current_time
 from engine.decisions.filtering import FilterResult, filter_nodes
 from engine.reservations.heldroom import Homes, keep_off
+from engine.cluster.counts import counts_of
 from engine.cluster.nodeinfo import node_info_map, node_name
 from engine.policy.model import PolicySet
 from engine.decisions.scoring import ScoreResult, score_nodes
@@ -69,16 +70,19 @@ def explain(
     node_info: Mapping[str, Any] | None = None,
     now: Any = None,
     homes: Homes | None = None,
+    counts: Any = None,
 ) -> Report:
     """Evaluate every decision for ``pod`` with explanations switched on. ``homes``: where
     the reservations' slots are (``engine.reservations.slots``), so non-owners are kept out of reserved
-    room in transit as the filter verb keeps them."""
+    room in transit as the filter verb keeps them. ``counts``: what ``counts`` reads (default:
+counted over ``nodes`` and ``cluster_pods``)."""
     now = now if now is not None else current_time()
     info = node_info if node_info is not None else node_info_map(nodes, cluster_pods)
-    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True)
+    counts = counts_of(policy_set.counts, nodes, cluster_pods) if counts is None else counts
+    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts)
     if homes:
         keep_off(filtered, pod, nodes, info, homes, reservations={r.name for r in policy_set.reservations})
-    scored = score_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True)
+    scored = score_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts)
     admission = admit(policy_set, pod, nodes=nodes, pods=cluster_pods, now=now)
     meta = pod.get("metadata") or {}
     return Report(

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from engine.decisions.admission import admit
+from engine.cluster.counts import counts_of
 from engine.cel import EvalError
 from engine.cel.ext.timestamps import Timestamp, parse_timestamp
 from engine.policy.documents import Document, Path as DocPath, format_path, load_documents
@@ -262,11 +263,12 @@ class _Case:
         except EvalError as exc:
             raise self.fail(("now",) if "now" in case else ("spec", "now"), exc.message, absolute="now" not in case) from None
         info = node_info_map(nodes, cluster)
+        counts = counts_of(policy_set.counts, nodes, cluster)
         expect: dict[str, Any] = case["expect"]
         out: list[Mismatch] = []
 
         if "matched" in expect or "filter" in expect:
-            result = filter_nodes(policy_set, pod, nodes, node_info=info, now=now)
+            result = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts)
             if "matched" in expect:
                 _same_set(out, "matched", expect["matched"], result.matched)
             verdicts = {name: "passed" for name in result.passed}
@@ -285,7 +287,7 @@ class _Case:
                 _reasons(out, "filter.audit", want["audit"], audit, lambda n: "no audit rejection")
 
         if "score" in expect:
-            scores = score_nodes(policy_set, pod, nodes, node_info=info, now=now).scores
+            scores = score_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts).scores
             want = expect["score"]
             for n, value in (want.get("values") or {}).items():
                 if scores.get(n) != value:
@@ -319,7 +321,7 @@ class _Case:
                 n: [self.ref(v, "pods", ("expect", "preemption", "victims", n, i), by_name) for i, v in enumerate(victims)]
                 for n, victims in want["victims"].items()
             }
-            result_p = preempt(policy_set, pod, proposed, nodes={node_name(n): n for n in nodes}, node_info=info, now=now)
+            result_p = preempt(policy_set, pod, proposed, nodes={node_name(n): n for n in nodes}, node_info=info, now=now, counts=counts)
             if "candidates" in want:
                 _same_set(out, "preemption.candidates", want["candidates"], list(result_p.candidates))
             rejected = want.get("rejected")

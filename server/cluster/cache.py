@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from engine.decisions.admission import held_by_kpe
 from engine.equivalence.classes import TrackedNodeInfo
+from engine.cel.types.counts import Counts
+from engine.cluster.counts import CountIndex, CountSpecs
 from engine.cluster.inflight import InFlight
 from engine.cluster.nodeinfo import NodeInfoAccumulator, NodeState, is_active, pod_key
 from engine.cluster.projection import EVERYTHING, Projection
@@ -120,6 +122,9 @@ class ClusterCache:
         if projection is None:
             projection = policies.current.pod_projection if policies is not None and policies.ready else EVERYTHING
         self._projection = projection
+        # Pods counted across nodes for the served set's ``counts`` (engine.cluster.counts), kept
+        # with nodeInfo; a reload that counts by other labels recounts (``_recount``).
+        self.count_index = CountIndex(policies.current.counts if policies is not None and policies.ready else CountSpecs())
         self.narrow_after_s = narrow_after_s
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -213,6 +218,18 @@ class ClusterCache:
             self._subscribers.remove(event)
 
     @property
+    def counts(self) -> Counts:
+        """``counts`` as the cache keeps it (read-only for callers)."""
+        return Counts(self.count_index)
+
+    def recount(self, specs: CountSpecs) -> None:
+        """Count by ``specs`` as well from now on (on the event loop: the index is rebuilt from
+        the cached nodes and pods, swapped whole)."""
+        wanted = self.count_index.specs.union(specs)
+        if wanted != self.count_index.specs:
+            self.count_index = CountIndex.build(wanted, self._nodes.values(), self._pods.values())
+
+    @property
     def node_info(self) -> TrackedNodeInfo:
         """``nodeInfo`` of every known node. Read-only for callers; a view object is
         replaced, never changed, when its node or the node's pods change (with the node's
@@ -246,6 +263,7 @@ class ClusterCache:
             store.add_swap_guard(self._before_swap)
             if store.ready:  # a set swapped in before the guard was there: nothing is cached yet
                 self._projection = self._projection.union(store.current.pod_projection)
+                self.recount(store.current.counts)
         loops = [asyncio.create_task(inf.run(stop), name=f"informer-{kind}") for kind, inf in self._informers.items()]
         loops.append(asyncio.create_task(self._reachability.run(stop), name="api-server-probe"))
         stopped = asyncio.create_task(stop.wait())
@@ -292,7 +310,10 @@ class ClusterCache:
         wanted = candidate.pod_projection
         if loop is None or loop.is_closed():
             self._projection = self._projection.union(wanted)  # not running: nothing is waiting to be listed
+            self.recount(candidate.counts)
             return
+        if self.count_index.specs.union(candidate.counts) != self.count_index.specs:
+            self._recount_before(loop, candidate.counts)
         if not self._projection.covers(wanted):
             try:
                 on_loop = asyncio.get_running_loop() is loop
@@ -314,6 +335,22 @@ class ClusterCache:
             log.info("pods relisted for the new policy set", extra={"generation": candidate.generation, "seconds": round(time.monotonic() - started, 3)})
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(self._narrow_later, candidate)
+
+    def _recount_before(self, loop: asyncio.AbstractEventLoop, specs: CountSpecs) -> None:
+        """Recount on the event loop, which writes the index, before the set that reads it serves."""
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self.recount(specs)
+            return
+
+        async def recount() -> None:
+            self.recount(specs)
+
+        with contextlib.suppress(RuntimeError, concurrent.futures.CancelledError):  # the cache stopped
+            asyncio.run_coroutine_threadsafe(recount(), loop).result()
 
     def _narrow_later(self, candidate: PolicySet) -> None:
         assert self._loop is not None
@@ -374,6 +411,7 @@ class ClusterCache:
             self._stale.add(key)  # its NodeState holds the node: a new one at the next read
             self._nodes[key] = obj
             self.node_version += 1
+            self.count_index.set_node(key, obj)
         else:
             self._pods[key] = obj
             self._place(key, obj)
@@ -389,6 +427,7 @@ class ClusterCache:
         if kind == "node":
             gone = self._nodes.pop(key, None)
             self.node_version += 1
+            self.count_index.set_node(key, None)
             self._stale.add(key)  # its view goes at the next read of node_info, in the thread that reads it
         else:
             gone = self._pods.pop(key, None)
@@ -401,6 +440,7 @@ class ClusterCache:
     def _place(self, key: str, pod: Obj | None) -> None:
         """Move the pod's contribution to the node it now counts on (none when it
         is pending, finished or deleted); invalidate the views that changed."""
+        self.count_index.set_pod(key, pod)
         target = ""
         if pod is not None and is_active(pod):
             target = str((pod.get("spec") or {}).get("nodeName") or "")

@@ -169,7 +169,7 @@ async def explain_endpoint(request: Request) -> Response:
     report = await state.worker.run(
         lambda: explain(
             policy_set, args.pod, nodes, cluster_pods=pods, node_info=state.node_info() if state.cache is not None else {},
-            homes=latest.homes if latest is not None else None,
+            homes=latest.homes if latest is not None else None, counts=state.counts(),
         )
     )
     data = report.to_dict()

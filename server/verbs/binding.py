@@ -54,7 +54,7 @@ async def handle_preempt(raw: bytes, deadline: Deadline, state: ServerState) -> 
         # Whole-node mode without a cache: the nodes the filter and prioritize requests carried.
         known = state.whole_nodes.nodes(candidates) if state.whole_nodes is not None else {}
     result = await state.worker.run(
-        lambda: keep_evictions_off_reserved(state, policy_set, args.pod, known, preempt(policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline))
+        lambda: keep_evictions_off_reserved(state, policy_set, args.pod, known, preempt(policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline, counts=state.counts()))
     )
     state.count_overdue("preempt", result.overdue)
     rejected.update(result.rejected)

@@ -5,7 +5,8 @@ filters read ``nodeInfo`` is judged with the pods in flight counted
 
 Recording costs a dictionary entry per node passed, so it is done only while a policy in
 the serving set reads ``nodeInfo`` in its filters: without one, no decision would look.
-It is done on the event loop before the answer is written, so the scheduler's next filter
+Pods in flight count in ``counts`` too (``engine.equivalence.inflight.count_across``), wherever they
+were passed. It is done on the event loop before the answer is written, so the scheduler's next filter
 (sent after it has this answer) finds it.
 """
 
@@ -18,7 +19,7 @@ from engine.cluster.nodeinfo import NodesByName
 from engine.decisions.deadline import Deadline
 from engine.decisions.filtering import FilterResult
 from engine.equivalence.classes import Offload
-from engine.equivalence.inflight import Counting, count_in_flight, pods_in_flight
+from engine.equivalence.inflight import Counting, count_across, count_in_flight, counting_policies, in_flight_counts, pods_in_flight
 from engine.policy.model import PolicySet
 
 from server.state import ServerState
@@ -51,17 +52,20 @@ def counted(
         return result
     needed = counting(state, policy_set)
     on = pods_in_flight(result, needed, pod, cache.in_flight)
-    if not on:
+    across = in_flight_counts(cache.count_index, cache.in_flight, pod) if result.passed and counting_policies(policy_set, result) else None
+    if not on and across is None:
         return result
     if inline_s is not None:
-        raise Offload(len(on), None)
-    count_in_flight(result, needed, pod, nodes, on, node_info=state.node_info(), deadline=deadline)
+        raise Offload(len(on) or len(result.passed), None)
+    if on:
+        count_in_flight(result, needed, pod, nodes, on, node_info=state.node_info(), deadline=deadline, counts=cache.counts)
+    count_across(result, policy_set, pod, nodes, across, node_info=state.node_info(), deadline=deadline)
     return result
 
 
 def record(state: ServerState, policy_set: PolicySet, pod: Mapping[str, Any], passed: list[str]) -> None:
     """The filter passed ``pod`` on ``passed``: it counts there until kpe sees it placed."""
     cache = state.cache
-    if cache is not None and cache.in_flight.enabled and counting(state, policy_set).policies is not None:
+    if cache is not None and cache.in_flight.enabled and (counting(state, policy_set).policies is not None or policy_set.counts):
         cache.in_flight.expire()
         cache.in_flight.passed(pod, passed)

@@ -39,6 +39,7 @@ from engine.cel.checker.typemodel import (
     join,
     list_of,
     map_of,
+    named,
 )
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas" / "kubernetes"
@@ -154,4 +155,5 @@ def kubernetes_types(params: Any = None) -> dict[str, Type]:
         "admitted": list_of(pod),
         "params": value_type(params if params is not None else {}),
         "now": TIMESTAMP,
+        "counts": named("kpe.Counts"),  # engine/cel/types/counts.py
     }

@@ -156,4 +156,5 @@ def kubernetes_roots(params: Any = None) -> dict[str, Shape]:
         "admitted": Shape("list", items=CLUSTER_PODS_MAX, item=POD),
         "params": of_value(params if params is not None else {}),
         "now": SCALAR,
+        "counts": SCALAR,  # its calls are lookups: one unit each, as any call
     }

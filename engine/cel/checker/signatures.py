@@ -201,6 +201,10 @@ kube.podToleratesNodeTaints(map(string, dyn), map(string, dyn)) -> bool
 kube.nodeSelectorMatches(map(string, dyn), map(string, dyn)) -> bool
 kube.podNodeAffinityMatches(map(string, dyn), map(string, dyn)) -> bool
 kube.nodeFree(map(string, dyn), map(string, dyn), string) -> kubernetes.Quantity
+
+kpe.Counts.inDomain(map(string, dyn), string, map(string, string)) -> int
+kpe.Counts.domains(string, map(string, string)) -> int
+kpe.Counts.cluster(map(string, string)) -> int
 """
 
 # Qualifiers of namespaced global functions (not receivers): ``kube.nodeFree(...)``.

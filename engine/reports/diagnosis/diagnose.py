@@ -36,6 +36,7 @@ from engine.reports.diagnosis.slots import ReservationPart, fresh_plan, reservat
 from engine.decisions.evaluation import current_time
 from engine.reports.explain import Report, explain
 from engine.reservations.heldroom import Homes, keep_evictions_off
+from engine.cluster.counts import counts_of
 from engine.cluster.kubefilters import KubeVerdict
 from engine.cluster.nodeinfo import TERMINAL_PHASES, node_info_map, node_name
 from engine.policy.model import PolicySet
@@ -176,6 +177,7 @@ def preemption_verdicts(
     now: Any = None,
     dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]] | None = None,
     homes: Homes | None = None,
+    counts: Any = None,
 ) -> dict[str, EvictionVerdict]:
     """For each node that cannot take the pod (``rejected``: kpe's verdict and reason by node,
     "pass" for nodes only kube-scheduler rejects), whether preemption could place it there:
@@ -210,7 +212,7 @@ def preemption_verdicts(
             continue
         candidates[name] = victims
     if candidates:
-        result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now)
+        result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now, counts=counts)
         result = keep_evictions_off(result, policy_set, pod, by_name, node_info, homes)
         for name, victims in candidates.items():
             names = [victim_name(v) for v in victims]
@@ -261,14 +263,15 @@ def diagnose(
     if policy_set.reservations and slots is None:
         seen = fresh_plan(policy_set, cluster_pods, namespace=placeholder_namespace)
         slots, homes = seen.slots, seen.homes
-    report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now, homes=homes)
+    counts = counts_of(policy_set.counts, nodes, cluster_pods)
+    report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now, homes=homes, counts=counts)
     kube = kubefilters.check_all(pod, nodes, info)
     rejected: dict[str, tuple[str, str]] = {}
     for verdict in report.filter.explanation or []:
         kv = kube.get(verdict.node)
         if verdict.verdict != "pass" or (kv is not None and not kv.passed):
             rejected[verdict.node] = (verdict.verdict, verdict.reason)
-    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes)
+    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes, counts=counts)
     return Diagnosis(
         report=report,
         state=pod_state(pod, report.matched, policy_set.generation, reserved=bool(policy_set.reservations), excluded=policy_set.excluded_namespaces),

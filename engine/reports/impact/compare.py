@@ -35,6 +35,8 @@ from engine.decisions.admission import admit, admitted_pods, gate_names, held_by
 from engine.reports.diagnosis.diagnose import EvictionVerdict, preemption_verdicts
 from engine.decisions.evaluation import current_time
 from engine.decisions.filtering import filter_nodes
+from engine.cel.types.counts import Counts
+from engine.cluster.counts import Adjusted, CountIndex
 from engine.cluster.kubefilters import KubeVerdict
 from engine.cluster.nodeinfo import is_active, node_info_map, node_name
 from engine.policy.model import PolicySet
@@ -134,20 +136,21 @@ def decide(
     now: Any,
     dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]],
     admitted: Sequence[Mapping[str, Any]] | None = None,
+    counts: Any = None,
 ) -> Decision:
-    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now)
+    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts)
     reasons = {**dict.fromkeys(filtered.passed, ""), **filtered.failed, **filtered.unresolvable}
     kept = set(filtered.passed)
     feasible_nodes = [n for n in nodes if node_name(n) in kept and kube[node_name(n)].passed]
     feasible = [node_name(n) for n in feasible_nodes]
-    scores = score_nodes(policy_set, pod, feasible_nodes, node_info=info, now=now).scores if feasible_nodes else {}
+    scores = score_nodes(policy_set, pod, feasible_nodes, node_info=info, now=now, counts=counts).scores if feasible_nodes else {}
     admission = admit(policy_set, pod, nodes=nodes, pods=pods, admitted=admitted, now=now)
     gates = {d.gate: (not d.satisfied, d.message, d.policy) for d in admission.decisions if not d.audit}
     decision = Decision(filtered.matched, reasons, feasible, scores, gates)
     if not feasible:
         kinds = {**dict.fromkeys(filtered.failed, "fail"), **dict.fromkeys(filtered.unresolvable, "unresolvable")}
         rejected = {name: (kinds.get(name, "pass"), reason) for name, reason in reasons.items()}
-        decision.eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, dry_runs=dry_runs)
+        decision.eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, dry_runs=dry_runs, counts=counts)
     return decision
 
 
@@ -260,6 +263,7 @@ def preview(
         impact.notes.append(f"both sets are generation {old.generation}: the same policies, nothing changes")
         return impact
     info = node_info_map(nodes, pods)
+    index = CountIndex.build(old.counts.union(new.counts), nodes, pods)
     everyone_admitted = admitted_pods(pods)
     for pod, running_on in [(p, "") for p in pending] + [(p, str(p["spec"]["nodeName"])) for p in running]:
         subject: Mapping[str, Any] = pod
@@ -275,8 +279,10 @@ def preview(
         admitted = everyone_admitted if held else [p for p in everyone_admitted if p is not pod]
         kube = kubefilters.check_all(subject, nodes, view)
         dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]] = {}
-        before = decide(old, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs, admitted=admitted)
-        after = decide(new, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs, admitted=admitted)
+        # A running pod does not count itself where it runs, as it does not in its node's nodeInfo.
+        counts = Counts(Adjusted(index, removed=[(pod, index.labels_of(running_on))]) if running_on else index)
+        before = decide(old, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs, admitted=admitted, counts=counts)
+        after = decide(new, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs, admitted=admitted, counts=counts)
         impact.changes += compare(pod_label(pod), pod, before, after, top=top, running_on=running_on)
     impact.changes.sort(key=lambda c: (SEVERITY.index(c.kind), c.pod))
     return impact
