@@ -35,6 +35,7 @@ Obj = dict[str, Any]
 CLUSTER_RULES = {
     ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
     ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
+    ("", "namespaces", "list"), ("", "namespaces", "watch"),
     ("", "events", "create"), ("events.k8s.io", "events", "create"),
 }  # fmt: skip
 LEASE_RULES = {("coordination.k8s.io", "leases", "get"), ("coordination.k8s.io", "leases", "create"), ("coordination.k8s.io", "leases", "update")}

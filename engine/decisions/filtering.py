@@ -85,12 +85,15 @@ class FilterRequest:
     counts: list[int]
 
     @classmethod
-    def of(cls, policy_set: PolicySet, pod: Mapping[str, Any], *, now: Any = None, explain: bool = False, match_memo: MatchMemo | None = None) -> FilterRequest:
+    def of(
+        cls, policy_set: PolicySet, pod: Mapping[str, Any], *, now: Any = None, explain: bool = False, match_memo: MatchMemo | None = None,
+        namespaces: Mapping[str, Any] | None = None,
+    ) -> FilterRequest:
         """Match the pod's policies and order their filter rules. ``match_memo`` remembers
         match outcomes for equivalent pods (``engine.decisions.evaluation.matching_scopes``)."""
         result = FilterResult(generation=policy_set.generation, explanation=[] if explain else None)
         match_log: list[Outcome] | None = [] if explain else None
-        scopes = matching_scopes(policy_set, pod, request_inputs(pod, now), explain=match_log, memo=match_memo)
+        scopes = matching_scopes(policy_set, pod, request_inputs(pod, now, namespaces=namespaces), explain=match_log, memo=match_memo)
         result.matched = [s.policy.name for s in scopes]
         result.match_outcomes = match_log or []
         ordered: Ordered = []
@@ -129,6 +132,7 @@ def filter_nodes(
     now: Any = None,
     explain: bool = False,
     deadline: Deadline | None = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> FilterResult:
     """Split ``nodes`` into passing, failed and unresolvable for ``pod``.
 
@@ -136,7 +140,7 @@ def filter_nodes(
     policy's failurePolicy (see ``engine.decisions.deadline``). ``nodes`` given by
     name (``NodesByName``) are resolved first; names not known are listed in the
     result's ``unknown``."""
-    request = FilterRequest.of(policy_set, pod, now=now, explain=explain)
+    request = FilterRequest.of(policy_set, pod, now=now, explain=explain, namespaces=namespaces)
     if isinstance(nodes, NodesByName):
         nodes, request.result.unknown = nodes.resolve()
     return request.evaluate(nodes, node_info, deadline)

@@ -70,12 +70,13 @@ def preempt(
     node_info: Mapping[str, Any] | None = None,
     now: Any = None,
     deadline: Deadline | None = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> PreemptionResult:
     """Keep the candidate nodes (and their victims) that every policy allows. Past
     ``deadline``, the candidates left are dropped when a matching Enforce policy
     fails closed, and kept otherwise."""
     result = PreemptionResult(policy_set.generation)
-    inputs = request_inputs(pod, now)
+    inputs = request_inputs(pod, now, namespaces=namespaces)
     matching = matching_scopes(policy_set, pod, inputs)
     scopes = [s for s in matching if s.policy.preemption]
     reservations = policy_set.reservations
@@ -84,7 +85,7 @@ def preempt(
     # an owner takes: the filters re-run after the evictions are everything else's.
     refiltered = _filters_after_evictions(
         policy_set.without_reservations, pod, candidates, [s for s in matching if s.policy.reservation is None], result,
-        nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline,
+        nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline, namespaces=namespaces,
     )
     closed = [s for s in matching if s.policy.enforce and s.policy.fail_closed and (s.policy.filters or s.policy.preemption)]
     for name, victims in candidates.items():
@@ -182,6 +183,7 @@ def _filters_after_evictions(
     node_info: Mapping[str, Any] | None,
     now: Any,
     deadline: Deadline | None = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
     """The candidate nodes the filters still reject once the victims are gone,
     with the reason. Runs the filter decision itself (same order, messages,
@@ -211,7 +213,7 @@ def _filters_after_evictions(
             after[name] = without_victims(node_info.get(name), victims)
     if not known:
         return rejected
-    verdict = filter_nodes(policy_set, pod, known, node_info=after if node_info is not None else None, now=now, deadline=deadline)
+    verdict = filter_nodes(policy_set, pod, known, node_info=after if node_info is not None else None, now=now, deadline=deadline, namespaces=namespaces)
     result.overdue += verdict.overdue
     result.errors.extend(verdict.errors)
     result.audit_rejections.extend(verdict.audit_rejections)

@@ -126,9 +126,12 @@ class ScoreRequest:
     counts: list[int]
 
     @classmethod
-    def of(cls, policy_set: PolicySet, pod: Mapping[str, Any], *, now: Any = None, explain: bool = False, match_memo: MatchMemo | None = None) -> ScoreRequest:
+    def of(
+        cls, policy_set: PolicySet, pod: Mapping[str, Any], *, now: Any = None, explain: bool = False, match_memo: MatchMemo | None = None,
+        namespaces: Mapping[str, Any] | None = None,
+    ) -> ScoreRequest:
         result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
-        scopes = matching_scopes(policy_set, pod, request_inputs(pod, now), memo=match_memo)
+        scopes = matching_scopes(policy_set, pod, request_inputs(pod, now, namespaces=namespaces), memo=match_memo)
         result.matched = [s.policy.name for s in scopes]
         rules = [(scope, rule) for scope in scopes for rule in scope.policy.scores]
         return cls(result, scopes, rules, [0] * len(rules))
@@ -175,10 +178,11 @@ def score_nodes(
     now: Any = None,
     explain: bool = False,
     deadline: Deadline | None = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> ScoreResult:
     """Score ``nodes`` for ``pod``. ``nodes`` given by name (``NodesByName``) are resolved
     first; names not known are left out and listed in the result's ``unknown``."""
-    request = ScoreRequest.of(policy_set, pod, now=now, explain=explain)
+    request = ScoreRequest.of(policy_set, pod, now=now, explain=explain, namespaces=namespaces)
     if isinstance(nodes, NodesByName):
         nodes, request.result.unknown = nodes.resolve()
     return request.evaluate(nodes, node_info, deadline)

@@ -97,6 +97,7 @@ def count_in_flight(
     node_info: Mapping[str, Any] | None,
     now: Any = None,
     deadline: Deadline | None = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> int:
     """Fail the nodes ``result`` passed where the filters reject ``pod`` once the pods in
     flight there (``on``, from ``pods_in_flight``) are counted; how many it failed. Changes
@@ -118,7 +119,7 @@ def count_in_flight(
             info[name] = with_pods(view, pods, requests=requests)
         else:
             info[name] = {"pods": [*view["pods"], *pods], "podCount": view["podCount"] + len(pods), "requested": view["requested"]}
-    again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline)
+    again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline, namespaces=namespaces)
     rejected = {**again.failed, **again.unresolvable}
     if not rejected:
         return 0

@@ -14,7 +14,7 @@ from engine.policy.selectors import LabelSelector
 
 # What each kind of expression may read. Variables that read `node` or
 # `nodeInfo` are node-scoped; every other variable is pod-scoped.
-POD_SCOPE = ("pod", "params", "now")
+POD_SCOPE = ("pod", "namespaceObject", "params", "now")
 NODE_SCOPE = ("node", "nodeInfo")
 SCOPES: dict[str, tuple[str, ...]] = {
     "match": POD_SCOPE,

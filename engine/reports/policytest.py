@@ -39,6 +39,7 @@ from engine.errors import PolicyError, PolicyLoadError
 from engine.decisions.filtering import filter_nodes
 from engine.policy.loader import SUFFIXES, load
 from engine.cluster.nodeinfo import node_info_map, node_name
+from engine.cluster.projection import namespaces_by_name
 from engine.cluster.workloads import WorkloadError, pod_for
 from engine.policy.model import PolicySet
 from engine.decisions.preemption import preempt
@@ -228,7 +229,7 @@ class _Case:
         return obj
 
     def ref(self, value: Any, kind: str, sub: DocPath, extra: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-        """A fixture name (``kind``: nodes or pods) or an object. A pod may be given as a
+        """A fixture name (``kind``: nodes, pods or namespaces) or an object. A pod may be given as a
         workload: it stands for the pod its controller would create
         (``engine.cluster.workloads``); the fixture key then names the workload."""
         if not isinstance(value, str):
@@ -256,6 +257,8 @@ class _Case:
         raw_nodes = case["nodes"] if "nodes" in case else list(self.fixtures.get("nodes") or {})
         nodes = [self.ref(n, "nodes", ("nodes", i)) for i, n in enumerate(raw_nodes)]
         cluster = [self.ref(p, "pods", ("clusterPods", i)) for i, p in enumerate(case.get("clusterPods") or [])]
+        raw_namespaces = case["namespaces"] if "namespaces" in case else list(self.fixtures.get("namespaces") or {})
+        namespaces = namespaces_by_name(self.ref(n, "namespaces", ("namespaces", i)) for i, n in enumerate(raw_namespaces))
         stamp = case.get("now", self.spec.get("now"))
         try:
             now: Timestamp | None = parse_timestamp(stamp) if stamp else None
@@ -266,7 +269,7 @@ class _Case:
         out: list[Mismatch] = []
 
         if "matched" in expect or "filter" in expect:
-            result = filter_nodes(policy_set, pod, nodes, node_info=info, now=now)
+            result = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, namespaces=namespaces)
             if "matched" in expect:
                 _same_set(out, "matched", expect["matched"], result.matched)
             verdicts = {name: "passed" for name in result.passed}
@@ -285,7 +288,7 @@ class _Case:
                 _reasons(out, "filter.audit", want["audit"], audit, lambda n: "no audit rejection")
 
         if "score" in expect:
-            scores = score_nodes(policy_set, pod, nodes, node_info=info, now=now).scores
+            scores = score_nodes(policy_set, pod, nodes, node_info=info, now=now, namespaces=namespaces).scores
             want = expect["score"]
             for n, value in (want.get("values") or {}).items():
                 if scores.get(n) != value:
@@ -296,7 +299,7 @@ class _Case:
                 out.append(Mismatch("score.order", order, actual_order))
 
         if "admission" in expect:
-            decision = admit(policy_set, pod, nodes=nodes, pods=cluster, now=now)
+            decision = admit(policy_set, pod, nodes=nodes, pods=cluster, now=now, namespaces=namespaces)
             want = expect["admission"]
             if "admitted" in want and want["admitted"] != decision.admitted:
                 out.append(Mismatch("admission.admitted", want["admitted"], decision.admitted))
@@ -319,7 +322,7 @@ class _Case:
                 n: [self.ref(v, "pods", ("expect", "preemption", "victims", n, i), by_name) for i, v in enumerate(victims)]
                 for n, victims in want["victims"].items()
             }
-            result_p = preempt(policy_set, pod, proposed, nodes={node_name(n): n for n in nodes}, node_info=info, now=now)
+            result_p = preempt(policy_set, pod, proposed, nodes={node_name(n): n for n in nodes}, node_info=info, now=now, namespaces=namespaces)
             if "candidates" in want:
                 _same_set(out, "preemption.candidates", want["candidates"], list(result_p.candidates))
             rejected = want.get("rejected")

@@ -48,6 +48,8 @@ from engine.cluster.projection import EVERYTHING, Projection
 
 from server.cluster.informer import CATCH_UP_S, Informer, Reachability
 from server.cluster.kube import KubeClient
+from server.cluster.namespaces import PATH as NAMESPACES_PATH
+from server.cluster.namespaces import Namespaces, reads_namespace
 from server.cluster.trim import is_projected as is_projected  # also read through here by server.introspection.endpoints
 from server.cluster.trim import trim
 
@@ -109,6 +111,10 @@ class ClusterCache:
                            catch_up_s=catch_up_s, reachability=self._reachability)
             for kind, path in (("node", "/api/v1/nodes"), ("pod", "/api/v1/pods"))
         }
+        # Namespaces, watched once a served set reads namespaceObject (server.cluster.namespaces).
+        self.namespaces = Namespaces(lambda sink: Informer("namespace", NAMESPACES_PATH, client=client, sink=sink, metrics=metrics, page_size=page_size,
+                                                           backoff_max=backoff_max, catch_up_s=catch_up_s, reachability=self._reachability))
+        self._stop: asyncio.Event | None = None
         self._subscribers: list[asyncio.Event] = []
         self.synced = asyncio.Event()
         # Keys of the unbound pods that hold one of kpe's gates, kept as events arrive, so the
@@ -192,11 +198,14 @@ class ClusterCache:
     @property
     def connected(self) -> bool:
         """Whether every informer's watch is open and caught up: what the cache holds is current."""
-        return all(inf.connected for inf in self._informers.values())
+        return all(inf.connected for inf in self._watching())
+
+    def _watching(self) -> list[Informer]:
+        return [*self._informers.values(), *((self.namespaces.informer,) if self.namespaces.started else ())]
 
     def disconnection(self) -> tuple[float, str] | None:
         """None while the cache is connected; else for how many seconds it has not been, and why."""
-        lost = [inf for inf in self._informers.values() if not inf.connected]
+        lost = [inf for inf in self._watching() if not inf.connected]
         if not lost:
             return None
         now = time.monotonic()
@@ -241,11 +250,14 @@ class ClusterCache:
     async def run(self, stop: asyncio.Event) -> None:
         """Run both informers until ``stop`` is set (or this task is cancelled)."""
         self._loop = asyncio.get_running_loop()
+        self._stop = stop
         store = self._store
         if store is not None:
             store.add_swap_guard(self._before_swap)
             if store.ready:  # a set swapped in before the guard was there: nothing is cached yet
                 self._projection = self._projection.union(store.current.pod_projection)
+                if reads_namespace(store.current):
+                    self.namespaces.start(stop)
         loops = [asyncio.create_task(inf.run(stop), name=f"informer-{kind}") for kind, inf in self._informers.items()]
         loops.append(asyncio.create_task(self._reachability.run(stop), name="api-server-probe"))
         stopped = asyncio.create_task(stop.wait())
@@ -255,6 +267,7 @@ class ClusterCache:
             for task in (*loops, stopped):
                 task.cancel()
             await asyncio.gather(*loops, stopped, return_exceptions=True)
+            await self.namespaces.stop()
             if store is not None:
                 store.remove_swap_guard(self._before_swap)
             for inf in self._informers.values():
@@ -290,6 +303,8 @@ class ClusterCache:
         cache keep fewer, ``narrow_after_s`` after the swap."""
         loop = self._loop
         wanted = candidate.pod_projection
+        if loop is not None and not loop.is_closed() and not self.namespaces.started and reads_namespace(candidate):
+            self._watch_namespaces(loop)
         if loop is None or loop.is_closed():
             self._projection = self._projection.union(wanted)  # not running: nothing is waiting to be listed
             return
@@ -314,6 +329,24 @@ class ClusterCache:
             log.info("pods relisted for the new policy set", extra={"generation": candidate.generation, "seconds": round(time.monotonic() - started, 3)})
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(self._narrow_later, candidate)
+
+    def _watch_namespaces(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the namespace watch for a set that reads namespaceObject, and hold the set back
+        until the namespaces are listed (as for pod fields the cache dropped)."""
+        async def started() -> None:
+            assert self._stop is not None
+            self.namespaces.start(self._stop)
+            await self.namespaces.listed.wait()
+
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            loop.create_task(started())
+            return
+        with contextlib.suppress(concurrent.futures.CancelledError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(started(), loop).result()
 
     def _narrow_later(self, candidate: PolicySet) -> None:
         assert self._loop is not None

@@ -169,7 +169,7 @@ async def explain_endpoint(request: Request) -> Response:
     report = await state.worker.run(
         lambda: explain(
             policy_set, args.pod, nodes, cluster_pods=pods, node_info=state.node_info() if state.cache is not None else {},
-            homes=latest.homes if latest is not None else None,
+            homes=latest.homes if latest is not None else None, namespaces=state.namespaces(),
         )
     )
     data = report.to_dict()
@@ -208,7 +208,7 @@ async def explain_pod(request: Request) -> Response:
     diagnosis = await asyncio.to_thread(
         diagnose, policy_set, pod, nodes, cluster_pods=pods, node_info=info,
         slots=latest.slots if latest is not None else None, homes=latest.homes if latest is not None else None,
-        placeholder_namespace=state.settings.reservation_namespace,
+        placeholder_namespace=state.settings.reservation_namespace, namespaces=state.namespaces(),
     )
     data = diagnosis.to_dict()
     if is_projected(pod):

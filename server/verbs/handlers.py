@@ -99,7 +99,8 @@ async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> A
             nodes,
             counted(
                 state, policy_set, args.pod, nodes,
-                filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, inline_s=inline_s),
+                filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, inline_s=inline_s,
+                            namespaces=state.namespaces()),
                 inline_s=inline_s, deadline=deadline,
             ),
         ),
@@ -199,7 +200,8 @@ async def _prioritize(
         state,
         "prioritize",
         lambda inline_s: score_nodes(
-            policy_set, pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, inline_s=inline_s, encode=host_priority
+            policy_set, pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, inline_s=inline_s, encode=host_priority,
+            namespaces=state.namespaces(),
         ),
     )
     _count_scoring(state, result)
@@ -256,7 +258,8 @@ def _look_ahead(state: ServerState, raw: bytes, body: Any, pod: dict[str, Any], 
         deadline = Deadline.after(state.settings.request_deadline_s)
         nodes = state.nodes_by_name(expected.names)
         result = score_nodes(
-            expected.policy_set, expected.pod, nodes, node_info=state.node_info(), memo=state.equivalence, deadline=deadline, inline_s=INLINE_BUDGET_S, encode=host_priority
+            expected.policy_set, expected.pod, nodes, node_info=state.node_info(), memo=state.equivalence, deadline=deadline, inline_s=INLINE_BUDGET_S, encode=host_priority,
+            namespaces=state.namespaces(),
         )
     except Offload:
         return

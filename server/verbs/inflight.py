@@ -55,7 +55,7 @@ def counted(
         return result
     if inline_s is not None:
         raise Offload(len(on), None)
-    count_in_flight(result, needed, pod, nodes, on, node_info=state.node_info(), deadline=deadline)
+    count_in_flight(result, needed, pod, nodes, on, node_info=state.node_info(), deadline=deadline, namespaces=state.namespaces())
     return result
 
 
