@@ -90,6 +90,9 @@ class PolicyScope:
         self.policy = policy
         self.fixed = {"params": policy.params, **fixed}
         self._pod_values: dict[str, Any] = {}
+        if policy.params_error:
+            # paramsFrom's ConfigMap is missing or malformed under Deny: every read of params fails.
+            self._pod_values["params"] = _Failed(cel.EvalError(policy.params_error))
         self._bound: dict[int, tuple[Callable[..., Any] | None, tuple[str, ...], BaseException | None]] = {}
 
     def pod_value(self, name: str) -> Any:

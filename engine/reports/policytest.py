@@ -20,6 +20,7 @@ an exception, so one broken file does not hide the results of the others.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import time
@@ -42,6 +43,7 @@ from engine.cluster.nodeinfo import node_info_map, node_name
 from engine.cluster.projection import namespaces_by_name
 from engine.cluster.workloads import WorkloadError, pod_for
 from engine.policy.model import PolicySet
+from engine.policy.params import ClusterParams
 from engine.decisions.preemption import preempt
 from engine.policy.schema import validate
 from engine.decisions.scoring import score_nodes
@@ -152,7 +154,7 @@ class _Runner:
     """Caches what several tests share in one run: loaded policy sets and fixture files."""
 
     def __init__(self) -> None:
-        self.policy_sets: dict[tuple[str, ...], PolicySet | PolicyLoadError] = {}
+        self.policy_sets: dict[tuple[tuple[str, ...], str], PolicySet | PolicyLoadError] = {}
         self.files: dict[str, Any] = {}
 
     def run_document(self, doc: Document) -> list[CaseResult]:
@@ -163,17 +165,17 @@ class _Runner:
             return [CaseResult(doc.file, name, "", error="\n".join(e.render() for e in schema_errors))]
         spec = doc.data["spec"]
         base = Path(doc.file).parent
-        key = tuple(str(base / p) for p in spec["policies"])
-        if key not in self.policy_sets:
-            try:
-                self.policy_sets[key] = load(key)
-            except PolicyLoadError as exc:
-                self.policy_sets[key] = exc
-        policy_set = self.policy_sets[key]
+        paths = tuple(str(base / p) for p in spec["policies"])
         results: list[CaseResult] = []
         for i, case in enumerate(spec["cases"]):
             result = CaseResult(doc.file, name, case["name"])
             start = time.perf_counter()
+            try:
+                policy_set = self.policy_set(paths, _Case(self, doc, name, i, spec).cluster_params())
+            except PolicyTestError as exc:
+                result.error = str(exc)
+                results.append(result)
+                continue
             if isinstance(policy_set, PolicyLoadError):
                 result.error = f"{doc.location(('spec', 'policies'))}: case {case['name']!r}: policies failed to load:\n{policy_set.render()}"
             else:
@@ -186,6 +188,16 @@ class _Runner:
             result.seconds = time.perf_counter() - start
             results.append(result)
         return results
+
+    def policy_set(self, paths: tuple[str, ...], cluster_params: ClusterParams | None) -> PolicySet | PolicyLoadError:
+        """The policies at ``paths``, loaded once per set of ConfigMaps their paramsFrom reads."""
+        key = (paths, json.dumps(sorted(cluster_params.items()) if cluster_params is not None else None, sort_keys=True))
+        if key not in self.policy_sets:
+            try:
+                self.policy_sets[key] = load(paths, cluster_params=cluster_params)
+            except PolicyLoadError as exc:
+                self.policy_sets[key] = exc
+        return self.policy_sets[key]
 
     def read_object(self, file: Path) -> Any:
         real = os.path.realpath(file)
@@ -229,7 +241,7 @@ class _Case:
         return obj
 
     def ref(self, value: Any, kind: str, sub: DocPath, extra: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-        """A fixture name (``kind``: nodes, pods or namespaces) or an object. A pod may be given as a
+        """A fixture name (``kind``: nodes, pods, namespaces or configMaps) or an object. A pod may be given as a
         workload: it stands for the pod its controller would create
         (``engine.cluster.workloads``); the fixture key then names the workload."""
         if not isinstance(value, str):
@@ -250,6 +262,22 @@ class _Case:
             return pod_for(obj)
         except WorkloadError as exc:
             raise self.fail(where, f"{what}: {exc}", absolute=absolute) from None
+
+    def cluster_params(self) -> ClusterParams | None:
+        """The case's ConfigMaps by (namespace, name), for paramsFrom; None when the test gives none."""
+        if "configMaps" in self.case:
+            raw = list(self.case["configMaps"])
+        elif "configMaps" in self.fixtures:
+            raw = list(self.fixtures["configMaps"])
+        else:
+            return None
+        found: dict[tuple[str, str], Mapping[str, str] | None] = {}
+        for i, ref in enumerate(raw):
+            obj = self.ref(ref, "configMaps", ("configMaps", i))
+            meta = obj.get("metadata") or {}
+            data = obj.get("data") or {}
+            found[(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))] = {str(k): str(v) for k, v in data.items()}
+        return found
 
     def run(self, policy_set: PolicySet) -> list[Mismatch]:
         case = self.case

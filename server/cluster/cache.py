@@ -50,6 +50,7 @@ from server.cluster.informer import CATCH_UP_S, Informer, Reachability
 from server.cluster.kube import KubeClient
 from server.cluster.namespaces import PATH as NAMESPACES_PATH
 from server.cluster.namespaces import Namespaces, reads_namespace
+from server.cluster.configmaps import ConfigMaps
 from server.cluster.trim import is_projected as is_projected  # also read through here by server.introspection.endpoints
 from server.cluster.trim import trim
 
@@ -114,6 +115,11 @@ class ClusterCache:
         # Namespaces, watched once a served set reads namespaceObject (server.cluster.namespaces).
         self.namespaces = Namespaces(lambda sink: Informer("namespace", NAMESPACES_PATH, client=client, sink=sink, metrics=metrics, page_size=page_size,
                                                            backoff_max=backoff_max, catch_up_s=catch_up_s, reachability=self._reachability))
+        # paramsFrom's ConfigMaps (server.cluster.configmaps), the policy store's params source.
+        self.configmaps = ConfigMaps(lambda path, sink: Informer("configmap", path, client=client, sink=sink, metrics=metrics, page_size=page_size,
+                                                                 backoff_max=backoff_max, catch_up_s=catch_up_s, reachability=self._reachability))
+        if policies is not None:
+            policies.params = self.configmaps
         self._stop: asyncio.Event | None = None
         self._subscribers: list[asyncio.Event] = []
         self.synced = asyncio.Event()
@@ -201,7 +207,7 @@ class ClusterCache:
         return all(inf.connected for inf in self._watching())
 
     def _watching(self) -> list[Informer]:
-        return [*self._informers.values(), *((self.namespaces.informer,) if self.namespaces.started else ())]
+        return [*self._informers.values(), *((self.namespaces.informer,) if self.namespaces.started else ()), *self.configmaps.informers]
 
     def disconnection(self) -> tuple[float, str] | None:
         """None while the cache is connected; else for how many seconds it has not been, and why."""
@@ -260,14 +266,19 @@ class ClusterCache:
                     self.namespaces.start(stop)
         loops = [asyncio.create_task(inf.run(stop), name=f"informer-{kind}") for kind, inf in self._informers.items()]
         loops.append(asyncio.create_task(self._reachability.run(stop), name="api-server-probe"))
+        # Ends once the ConfigMaps are listed: not one of the loops whose end ends the cache.
+        params = asyncio.create_task(self.configmaps.serve(store, stop), name="policy-params") if store is not None else None
         stopped = asyncio.create_task(stop.wait())
         try:
             await asyncio.wait([*loops, stopped], return_when=asyncio.FIRST_COMPLETED)
         finally:
+            if params is not None:
+                loops.append(params)
             for task in (*loops, stopped):
                 task.cancel()
             await asyncio.gather(*loops, stopped, return_exceptions=True)
             await self.namespaces.stop()
+            await self.configmaps.close()
             if store is not None:
                 store.remove_swap_guard(self._before_swap)
             for inf in self._informers.values():
@@ -303,8 +314,8 @@ class ClusterCache:
         cache keep fewer, ``narrow_after_s`` after the swap."""
         loop = self._loop
         wanted = candidate.pod_projection
-        if loop is not None and not loop.is_closed() and not self.namespaces.started and reads_namespace(candidate):
-            self._watch_namespaces(loop)
+        if loop is not None and not loop.is_closed() and self._stop is not None and not self.namespaces.started and reads_namespace(candidate):
+            self.namespaces.start_before_swap(loop, self._stop)
         if loop is None or loop.is_closed():
             self._projection = self._projection.union(wanted)  # not running: nothing is waiting to be listed
             return
@@ -329,24 +340,6 @@ class ClusterCache:
             log.info("pods relisted for the new policy set", extra={"generation": candidate.generation, "seconds": round(time.monotonic() - started, 3)})
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(self._narrow_later, candidate)
-
-    def _watch_namespaces(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the namespace watch for a set that reads namespaceObject, and hold the set back
-        until the namespaces are listed (as for pod fields the cache dropped)."""
-        async def started() -> None:
-            assert self._stop is not None
-            self.namespaces.start(self._stop)
-            await self.namespaces.listed.wait()
-
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop:
-            loop.create_task(started())
-            return
-        with contextlib.suppress(concurrent.futures.CancelledError, RuntimeError):
-            asyncio.run_coroutine_threadsafe(started(), loop).result()
 
     def _narrow_later(self, candidate: PolicySet) -> None:
         assert self._loop is not None

@@ -14,6 +14,8 @@ objects per change. While the informer is not connected, the cache as a whole is
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -65,6 +67,24 @@ class Namespaces:
         if self.task is None:
             log.info("a served policy reads namespaceObject: watching namespaces")
             self.task = asyncio.create_task(self.informer.run(stop), name="informer-namespace")
+
+    def start_before_swap(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        """Start watching for a set that reads namespaceObject, in the reload thread, and return
+        once the namespaces are listed: the set is held back until then, as for pod fields the
+        cache dropped (on the loop itself it cannot wait, and only starts)."""
+        async def started() -> None:
+            self.start(stop)
+            await self.listed.wait()
+
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            loop.create_task(started())
+            return
+        with contextlib.suppress(concurrent.futures.CancelledError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(started(), loop).result()
 
     async def stop(self) -> None:
         if self.task is not None:

@@ -120,6 +120,8 @@ async def policies(request: Request) -> Response:
                 "scores": [{"name": r.name, "weight": r.weight} for r in p.scores],
                 "admissionGate": p.admission.gate if p.admission else None,
                 "preemption": bool(p.preemption),
+                # paramsFrom: the ConfigMap, and what is wrong with it ("" when its values serve).
+                **({"paramsFrom": {"configMap": "/".join(p.params_from), "problem": p.params_problem}} if p.params_from else {}),
             }
             for p in current.policies
         ],
