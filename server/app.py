@@ -189,6 +189,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
                 from server.admission.requeue import Requeuer
 
                 requeue = state.requeue = Requeuer(rate=settings.requeue_rate)
+                state.cache.namespaces.on_change = requeue.namespace_changed
                 tasks.append(asyncio.create_task(requeue.run(state, stop), name="requeue-after-reload"))
             if controllers & {"gates", "reservations"}:
                 tasks += start_gate_controller(state, stop)

@@ -57,6 +57,9 @@ class Namespaces:
         self.by_name: dict[str, Obj] = {}
         self.task: asyncio.Task[None] | None = None
         self.listed = asyncio.Event()
+        # Called with a namespace's name when its labels or annotations changed (the requeue
+        # controller prompts kube-scheduler about the pods kpe rejected there).
+        self.on_change: Callable[[str], None] = lambda name: None
 
     @property
     def started(self) -> bool:
@@ -111,8 +114,11 @@ class Namespaces:
             name = obj["metadata"]["name"]
             if kind == "DELETED":
                 self.by_name.pop(name, None)
-            else:
-                self.by_name[name] = obj
+                return informer.heard(rv)
+            old = self.by_name.get(name)
+            self.by_name[name] = obj
+            if old is not None and old["metadata"] != obj["metadata"]:
+                self.on_change(name)
         informer.heard(rv)
 
     def replace(self, informer: Informer, items: list[Obj], resource_version: str, *, refresh: bool) -> None:
