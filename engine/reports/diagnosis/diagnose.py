@@ -212,7 +212,7 @@ def preemption_verdicts(
         candidates[name] = victims
     if candidates:
         result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now, namespaces=namespaces)
-        result = keep_evictions_off(result, policy_set, pod, by_name, node_info, homes)
+        result = keep_evictions_off(result, policy_set, pod, by_name, node_info, homes, namespaces=namespaces)
         for name, victims in candidates.items():
             names = [victim_name(v) for v in victims]
             if name in result.rejected:
@@ -261,7 +261,7 @@ def diagnose(
         # A bound pod is judged as if it were scheduled now: its own node without it.
         info = {**info, bound_to: without_victims(info[bound_to], [pod])}
     if policy_set.reservations and slots is None:
-        seen = fresh_plan(policy_set, cluster_pods, namespace=placeholder_namespace)
+        seen = fresh_plan(policy_set, cluster_pods, namespace=placeholder_namespace, namespaces=namespaces)
         slots, homes = seen.slots, seen.homes
     report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now, homes=homes, namespaces=namespaces)
     kube = kubefilters.check_all(pod, nodes, info)
