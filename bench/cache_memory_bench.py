@@ -7,6 +7,7 @@ read, ``engine.cluster.projection``), in the same run.
     python bench/cache_memory_bench.py                          # 30,000 pods on 1,000 nodes
     python bench/cache_memory_bench.py --pods 150000 --per-node 30   # 5,000 nodes
     python bench/cache_memory_bench.py --no-tracemalloc         # RSS only (faster)
+    python bench/cache_memory_bench.py --namespaces 2000        # and what watching namespaces adds
 
 Pods are ``bench/cluster.py``'s ``realistic_pod``: running Deployment replicas as a
 real API server returns them (managedFields of kube-controller-manager and kubelet,
@@ -171,6 +172,58 @@ def child(mode: str, count: int, per_node: int, traced: bool, policies: str) -> 
             "traced": after_traced - before_traced, "sync_s": sync_s}
 
 
+def realistic_namespace(i: int) -> Obj:
+    """A namespace as the API server returns one made with kubectl apply: labels, a few
+    annotations among them the last-applied configuration, managedFields."""
+    name = f"team-{i:05d}"
+    labels = {"kubernetes.io/metadata.name": name, "team": f"team-{i % 40}", "cost-center": f"cc-{i % 12:03d}", "environment": "production"}
+    annotations = {"kpe.dev/allow-gpu-nodes": "true" if i % 10 == 0 else "false", "owner": f"platform-{i % 7}@example.com",
+                   "kubectl.kubernetes.io/last-applied-configuration": orjson.dumps({"apiVersion": "v1", "kind": "Namespace",
+                                                                                    "metadata": {"name": name, "labels": labels}}).decode()}
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": f"5f3c2d1e-0000-4000-8000-{i:012d}", "resourceVersion": str(1000 + i), "creationTimestamp": "2026-11-01T08:00:00Z",
+                         "labels": labels, "annotations": annotations,
+                         "managedFields": [{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1", "time": "2026-11-01T08:00:00Z",
+                                            "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:owner": {}}, "f:labels": {".": {}, "f:team": {}}}}}]},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+def namespaces_child(count: int) -> Obj:
+    """The bytes kpe's namespace watch (``server.cluster.namespaces``) holds once it has listed
+    ``count`` namespaces, beside their JSON, measured with tracemalloc."""
+    from server.cluster.informer import Informer
+    from server.cluster.namespaces import PATH, Namespaces
+
+    json_bytes = 0
+
+    def made() -> Iterator[Obj]:
+        nonlocal json_bytes
+        for i in range(count):
+            namespace = realistic_namespace(i)
+            json_bytes += len(orjson.dumps(namespace))
+            yield namespace
+
+    client = PagesClient({PATH: pages("Namespace", made())})
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+
+    async def listed() -> Namespaces:
+        namespaces = Namespaces(lambda sink: Informer("namespace", PATH, client=client, sink=sink, page_size=PAGE))  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        namespaces.start(stop)
+        await namespaces.listed.wait()
+        stop.set()
+        await namespaces.stop()
+        return namespaces
+
+    namespaces = asyncio.run(listed())
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    assert len(namespaces.by_name) == count
+    return {"namespaces": count, "json_per_namespace": json_bytes / count, "traced": held}
+
+
 def _strip_only(obj: Obj, projection: Any = None) -> Obj:
     """managedFields dropped, strings not interned: what each half of ``trim`` is worth."""
     if type(obj) is dict and type(obj.get("metadata")) is dict:
@@ -194,9 +247,13 @@ def main() -> int:
     parser.add_argument("--modes", default="raw,trimmed,projected", help="comma-separated: raw, stripped (managedFields only), trimmed, projected")
     parser.add_argument("--policies", default=str(ROOT / "policies"), help="the policy set whose projection 'projected' uses (default: the shipped one)")
     parser.add_argument("--no-tracemalloc", action="store_true", help="skip the tracemalloc children")
+    parser.add_argument("--namespaces", type=int, default=0, help="also measure the namespace watch holding this many namespaces")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "namespaces":
+        print(json.dumps(namespaces_child(args.namespaces)))
+        return 0
     if args.child:
         print(json.dumps(child(args.child, args.pods, args.per_node, args.traced, args.policies)))
         return 0
@@ -221,6 +278,11 @@ def main() -> int:
     by_mode = {row["mode"]: row for row in rows}
     if "trimmed" in by_mode and "projected" in by_mode and rows[0]["mode"] != "trimmed":
         print(f"projected/trimmed RSS: {by_mode['projected']['rss'] / by_mode['trimmed']['rss']:.2f}x")
+    if args.namespaces:
+        out = subprocess.run([sys.executable, __file__, "--child", "namespaces", "--namespaces", str(args.namespaces)], check=True, capture_output=True, text=True).stdout
+        ns = json.loads(out.strip().splitlines()[-1])
+        print(f"namespaces: {ns['namespaces']:,} kept in {ns['traced'] / 2**20:.2f} MiB traced, {ns['traced'] / ns['namespaces']:.0f} bytes each "
+              f"({ns['json_per_namespace']:.0f} bytes of JSON each)")
     return 0
 
 

@@ -33,7 +33,7 @@ from server.http.responses import json_response
 from server.verbs.endpoints import VERBS
 from server.http.listeners import WEBHOOK_PATH, SurfaceGuard
 from server.telemetry.logs import new_request_id, request_id
-from server.reload.store import PolicyStore
+from server.reload.store import NoConfigMaps, PolicyStore
 from server.reservations.endpoint import reservations_endpoint
 from server.settings import NO_POLICIES, Settings, env_name
 from server.state import ServerState
@@ -146,6 +146,10 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         cost_limits=CostLimits(settings.cel_cost_limit, settings.cel_admission_cost_limit),
         excluded_namespaces=settings.excluded_namespace_set,
     )
+    if store.params is None:
+        # paramsFrom's ConfigMaps: none found until the cluster cache watches them (it
+        # becomes the store's source), so such a policy starts denying, not on its defaults.
+        store.params = NoConfigMaps()
     if not store.ready:
         store.load_initial()
     state = ServerState(
@@ -185,6 +189,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
                 from server.admission.requeue import Requeuer
 
                 requeue = state.requeue = Requeuer(rate=settings.requeue_rate)
+                state.cache.namespaces.on_change = requeue.namespace_changed
                 tasks.append(asyncio.create_task(requeue.run(state, stop), name="requeue-after-reload"))
             if controllers & {"gates", "reservations"}:
                 tasks += start_gate_controller(state, stop)

@@ -110,6 +110,9 @@ class ServerState:
     def counts(self) -> Any:
         """``counts`` from the cache (None without one: every call is then an evaluation error)."""
         return self.cache.counts if self.cache is not None else None
+    def namespaces(self) -> Mapping[str, Any] | None:
+        """The cluster's namespaces by name (``namespaceObject``), None until watched and listed."""
+        return self.cache.namespaces.view() if self.cache is not None else None
 
     def resolve_nodes(self, names: list[str], verb: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Nodes for the names the scheduler sent; unknown names fail with a reason that says so."""

@@ -35,6 +35,7 @@ Obj = dict[str, Any]
 CLUSTER_RULES = {
     ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
     ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
+    ("", "namespaces", "list"), ("", "namespaces", "watch"),
     ("", "events", "create"), ("events.k8s.io", "events", "create"),
 }  # fmt: skip
 LEASE_RULES = {("coordination.k8s.io", "leases", "get"), ("coordination.k8s.io", "leases", "create"), ("coordination.k8s.io", "leases", "update")}
@@ -90,7 +91,7 @@ def selected(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def test_renders_the_expected_objects(objects: list[Obj]) -> None:
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
-        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "PriorityClass", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "MutatingWebhookConfiguration", "NetworkPolicy"]
+        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "PriorityClass", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "MutatingWebhookConfiguration", "NetworkPolicy"]
     )
     namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "PriorityClass")]
     assert {o["metadata"].get("namespace") for o in namespaced} == {"kpe-system"}
@@ -317,6 +318,9 @@ def test_rbac_is_exactly_least_privilege(objects: list[Obj]) -> None:
     placeholders = one(objects, "Role", "kpe-placeholders")
     assert placeholders["metadata"]["namespace"] == "kpe-system"
     assert rules(placeholders) == PLACEHOLDER_RULES
+    params = one(objects, "Role", "kpe-params")
+    assert params["metadata"]["namespace"] == "kpe-system"
+    assert rules(params) == {("", "configmaps", "get"), ("", "configmaps", "list"), ("", "configmaps", "watch")}  # paramsFrom, kpe's namespace only
 
 
 def test_the_placeholder_priority_class_is_below_default_pods_and_never_preempts(objects: list[Obj]) -> None:

@@ -135,3 +135,15 @@ def test_a_pod_no_policy_matches_is_still_kpe_s_to_decide_when_reservations_appl
         "state": "pending", "kpeDecides": True,
         "notes": [f"No policy of generation {set_.generation} matches this pod: only the reservations below apply to it (it may not take their slots' room)."],
     }
+
+
+def test_owners_chosen_by_their_namespace_object_are_owners_in_the_diagnosis_too() -> None:
+    set_ = load_text(RESERVATION.replace("MODE", "Required").replace(
+        "owners: {namespaces: [ml]}", "owners: {expression: \"namespaceObject != null && namespaceObject.metadata.?labels[?'team'].orValue('') == 'ml'\"}"))
+    pods = [pod("o1", "ml", node="n2", claim="train/1")]
+    ml = {"ml": {"metadata": {"name": "ml", "labels": {"team": "ml"}}}}
+    owner = section(render_text(diagnose(set_, pod("o3", "ml"), NODES, cluster_pods=pods, namespaces=ml).to_dict()))
+    assert owner[0] == "reservation train (Required): this pod owns it"
+    assert "  slot 1: used on n2 by ml/o1" in owner
+    stranger = section(render_text(diagnose(set_, pod("o3", "ml"), NODES, cluster_pods=pods).to_dict()))
+    assert stranger[0] == "reservation train (Required): this pod is not an owner"

@@ -68,3 +68,39 @@ def test_a_reload_touches_the_pending_pods_the_old_set_rejected_and_nothing_else
             wait_for(lambda: 'kpe_requeued_pods_total{result="gone"} 1.0' in httpx.get(url + "/metrics").text)
             assert 'kpe_requeued_pods_total{result="touched"} 1.0' in httpx.get(url + "/metrics").text
             assert annotation(api, "accepted") is None and annotation(api, "bound") is None
+
+
+NAMESPACED = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: opt-in}
+spec:
+  filters:
+  - name: opted-in
+    expression: "namespaceObject != null && namespaceObject.metadata.?labels[?'pool'].orValue('') == node.metadata.labels['pool']"
+"""
+
+
+def test_a_namespace_change_touches_the_pending_pods_rejected_in_that_namespace(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "opt-in.yaml").write_text(NAMESPACED)
+    with FakeApiServer(bookmark_interval=0.2) as api:
+        api.state.add_node({"metadata": {"name": "b1", "labels": {"pool": "b"}}})
+        api.state.add("namespaces", {"metadata": {"name": "demo", "labels": {"pool": "a"}}})
+        api.state.add("namespaces", {"metadata": {"name": "other", "labels": {"pool": "a"}}})
+        rejected = pending(api, "rejected")
+        elsewhere = api.state.add_pod({"metadata": {"name": "elsewhere", "namespace": "other"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        settings = Settings(policies=str(policies), kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")), cluster="on", controllers="gates,reservations,requeue", gate_resync_s=0, reload_debounce_ms=50)
+        with serve(create_app(settings)) as url:
+            wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
+            for pod in (rejected, elsewhere):
+                answer = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "NodeNames": ["b1"]}).json()
+                assert answer["FailedAndUnresolvableNodes"] == {"b1": "opt-in/opted-in: rejected by opted-in"}
+            generation = httpx.get(url + "/apis/v1/policies").json()["generation"]
+
+            api.state.update("namespaces", "demo", merge={"metadata": {"labels": {"pool": "b"}}})
+            wait_for(lambda: annotation(api, "rejected") == f"{generation}-ns1")
+            assert 'kpe_requeued_pods_total{result="touched"} 1.0' in httpx.get(url + "/metrics").text
+            assert "kpe.dev/requeue" not in (api.state.get_pod("other", "elsewhere")["metadata"].get("annotations") or {})
+            answer = httpx.post(url + "/scheduler/filter", json={"Pod": rejected, "NodeNames": ["b1"]}).json()
+            assert [n for n in answer["NodeNames"]] == ["b1"], "the changed namespace's pod is placed now"

@@ -99,6 +99,13 @@ class Anonymiser:
         kept = {k: v for k, v in annotations.items() if k.startswith(KPE_ANNOTATIONS) or k in self.keep or k in self.words}
         return kept or None
 
+    def namespace(self, namespace: Mapping[str, Any]) -> dict[str, Any]:
+        """A Namespace as ``namespaceObject`` holds it, named as its pods' namespace is."""
+        meta = dict(namespace.get("metadata") or {})
+        meta["name"] = self.name("namespace", str(meta.get("name") or ""))
+        meta["annotations"] = self._annotations(meta.get("annotations"))
+        return {**namespace, "metadata": _compact(meta)}
+
     def node(self, node: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(node)
         meta = dict(out.get("metadata") or {})

@@ -228,3 +228,31 @@ KPE_READS = from_paths([
     ("metadata", "annotations", "kpe.dev/template"),
     ("status", "nominatedNodeName"),
 ])
+
+
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def namespace_view(namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``namespaceObject`` holds of a Namespace, in the server's cache and in ``kpe test``
+    and ``kpe explain`` alike: its name, labels and annotations (but kubectl's copy of the
+    whole object, as snapshots drop it), and ``status.phase``. A policy decides by these; the
+    rest (uid, finalizers, managedFields) only costs memory in a cache that keeps every
+    namespace of the cluster."""
+    meta = namespace.get("metadata") or {}
+    kept: dict[str, Any] = {"name": meta.get("name", "")}
+    for key in ("labels", "annotations"):
+        values = {k: v for k, v in (meta.get(key) or {}).items() if k != _LAST_APPLIED}
+        if values:
+            kept[key] = values
+    view: dict[str, Any] = {"apiVersion": "v1", "kind": "Namespace", "metadata": kept}
+    phase = (namespace.get("status") or {}).get("phase")
+    if phase:
+        view["status"] = {"phase": phase}
+    return view
+
+
+def namespaces_by_name(namespaces: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Namespace objects (a file's, a test's) by name, each cut as ``namespace_view`` cuts it."""
+    views = [namespace_view(n) for n in namespaces]
+    return {v["metadata"]["name"]: v for v in views if v["metadata"]["name"]}

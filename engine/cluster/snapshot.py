@@ -3,13 +3,16 @@ so ``kpe diff`` (and a CI job without cluster credentials) can replay them.
 
     {"apiVersion": "kpe.dev/v1alpha1", "kind": "ClusterSnapshot",
      "metadata": {"takenAt": "2026-11-21T12:00:00Z", "source": "...", "anonymised": false},
-     "nodes": [Node, ...], "pods": [Pod, ...],
+     "nodes": [Node, ...], "pods": [Pod, ...], "namespaces": [Namespace, ...],
      "kpe": {"generation": "...", "policies": [...], "gated": [...]}}     # optional
 
 Objects are the API's JSON, trimmed as they enter (``trim``): ``metadata.managedFields``
 and the ``kubectl.kubernetes.io/last-applied-configuration`` annotation go (kube-scheduler
 drops the first too, and no decision reads either). Finished pods (Succeeded, Failed)
 are left out unless asked for: they hold no node resources and are no scheduling subject.
+Namespaces (``namespaceObject``) are kept as kpe's cache keeps them (name, labels,
+annotations, phase: ``engine.cluster.projection.namespace_view``); a snapshot without
+them (older, or taken without the right to list namespaces) decides with null.
 ``kpe`` is what a running kpe reported when the snapshot was taken (the serving
 generation, its policies, the pods its gates hold), when it was asked.
 
@@ -29,6 +32,7 @@ from typing import Any
 import yaml
 
 from engine.cluster.nodeinfo import TERMINAL_PHASES
+from engine.cluster.projection import namespace_view
 
 API_VERSION = "kpe.dev/v1alpha1"
 KIND = "ClusterSnapshot"
@@ -47,6 +51,7 @@ class Snapshot:
     source: str = ""
     anonymised: bool = False
     kpe: dict[str, Any] | None = None
+    namespaces: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # metadata fields this version does not know
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,6 +61,7 @@ class Snapshot:
             "metadata": {**self.extra, "takenAt": self.taken_at, "source": self.source, "anonymised": self.anonymised},
             "nodes": self.nodes,
             "pods": self.pods,
+            "namespaces": self.namespaces,
         }
         if self.kpe is not None:
             data["kpe"] = self.kpe
@@ -69,7 +75,7 @@ class Snapshot:
             raise SnapshotError(f"{origin}: apiVersion {data.get('apiVersion')!r} is not {API_VERSION}")
         meta = data.get("metadata") or {}
         lists: dict[str, list[dict[str, Any]]] = {}
-        for key in ("nodes", "pods"):
+        for key in ("nodes", "pods", "namespaces"):
             items = data.get(key) or []
             if not isinstance(items, list) or not all(isinstance(o, dict) for o in items):
                 raise SnapshotError(f"{origin}: {key} must be a list of objects")
@@ -85,6 +91,7 @@ class Snapshot:
             source=str(meta.get("source") or ""),
             anonymised=bool(meta.get("anonymised")),
             kpe=kpe,
+            namespaces=[namespace_view(n) for n in lists["namespaces"]],
             extra={k: v for k, v in meta.items() if k not in known} if isinstance(meta, dict) else {},
         )
 

@@ -16,7 +16,7 @@ from engine.cel.interpreter.runtime import Unbound
 from engine.policy.model import Expression, Policy, PolicySet
 
 # Names fixed for a whole request (one pod), as opposed to per node or victim.
-POD_LEVEL = frozenset(("pod", "params", "now", "nodes", "pods", "admitted", "counts"))
+POD_LEVEL = frozenset(("pod", "namespaceObject", "params", "now", "nodes", "pods", "admitted", "counts"))
 
 
 def current_time() -> Any:
@@ -27,9 +27,18 @@ def current_time() -> Any:
     return Timestamp(ns // 1_000_000_000, ns % 1_000_000_000)
 
 
-def request_inputs(pod: Mapping[str, Any], now: Any, **extra: Any) -> dict[str, Any]:
-    """The pod-level inputs of one request; ``now`` defaults to the wall clock."""
-    return {"pod": pod, "now": now if now is not None else current_time(), **extra}
+def request_inputs(pod: Mapping[str, Any], now: Any, *, namespaces: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """The pod-level inputs of one request; ``now`` defaults to the wall clock. ``namespaces``
+    (Namespace objects by name, from kpe's cache or a test's fixtures) gives ``namespaceObject``,
+    null when the pod's namespace is not among them, as in ValidatingAdmissionPolicy."""
+    return {"pod": pod, "namespaceObject": namespace_object(pod, namespaces), "now": now if now is not None else current_time(), **extra}
+
+
+def namespace_object(pod: Mapping[str, Any], namespaces: Mapping[str, Any] | None) -> Any:
+    """The pod's Namespace object among ``namespaces``, or None."""
+    if not namespaces:
+        return None
+    return namespaces.get((pod.get("metadata") or {}).get("namespace") or "default")
 
 
 @dataclass
@@ -82,6 +91,9 @@ class PolicyScope:
         self.policy = policy
         self.fixed = {"params": policy.params, "counts": NO_COUNTS, **fixed}
         self._pod_values: dict[str, Any] = {}
+        if policy.params_error:
+            # paramsFrom's ConfigMap is missing or malformed under Deny: every read of params fails.
+            self._pod_values["params"] = _Failed(cel.EvalError(policy.params_error))
         self._bound: dict[int, tuple[Callable[..., Any] | None, tuple[str, ...], BaseException | None]] = {}
 
     def pod_value(self, name: str) -> Any:
@@ -214,8 +226,8 @@ def requested_resources(pod: Mapping[str, Any]) -> set[str]:
     return names
 
 
-MatchMemo = Callable[[Policy, Mapping[str, Any], Callable[[], "Outcome"]], "Outcome"]
-"""``memo(policy, pod, evaluate)``: the outcome of the policy's match expression for the pod,
+MatchMemo = Callable[[Policy, Mapping[str, Any], Callable[[], "Outcome"], Any], "Outcome"]
+"""``memo(policy, pod, evaluate, namespace)``: the outcome of the policy's match expression for the pod,
 ``evaluate()``'s or one remembered for an equivalent pod (``EquivalenceCache.match``)."""
 
 
@@ -250,7 +262,7 @@ def matching_scopes(
             def evaluate(scope: PolicyScope = scope, expression: Expression = expression) -> Outcome:
                 return run_rule(scope, expression, {}, None, rule="match", kind="match", timed=explain is not None)
 
-            outcome = memo(policy, pod, evaluate) if memo is not None and explain is None else evaluate()
+            outcome = memo(policy, pod, evaluate, scope.fixed.get("namespaceObject")) if memo is not None and explain is None else evaluate()
             if outcome.error is not None:
                 # failurePolicy Fail: apply the policy (its rules decide); Ignore: skip it.
                 outcome.effect = "applies (error, failurePolicy Fail)" if policy.fail_closed else "skipped (error, failurePolicy Ignore)"

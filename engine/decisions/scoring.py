@@ -127,10 +127,12 @@ class ScoreRequest:
 
     @classmethod
     def of(
-        cls, policy_set: PolicySet, pod: Mapping[str, Any], *, now: Any = None, explain: bool = False, match_memo: MatchMemo | None = None, counts: Any = None
+        cls, policy_set: PolicySet, pod: Mapping[str, Any], *, now: Any = None, explain: bool = False, match_memo: MatchMemo | None = None,
+        counts: Any = None, namespaces: Mapping[str, Any] | None = None,
     ) -> ScoreRequest:
         result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
-        inputs = request_inputs(pod, now) if counts is None else request_inputs(pod, now, counts=counts)  # counts: as FilterRequest.of
+        extra = {} if counts is None else {"counts": counts}  # counts: as FilterRequest.of
+        inputs = request_inputs(pod, now, namespaces=namespaces, **extra)
         scopes = matching_scopes(policy_set, pod, inputs, memo=match_memo)
         result.matched = [s.policy.name for s in scopes]
         rules = [(scope, rule) for scope in scopes for rule in scope.policy.scores]
@@ -179,10 +181,11 @@ def score_nodes(
     explain: bool = False,
     deadline: Deadline | None = None,
     counts: Any = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> ScoreResult:
     """Score ``nodes`` for ``pod``. ``nodes`` given by name (``NodesByName``) are resolved
     first; names not known are left out and listed in the result's ``unknown``."""
-    request = ScoreRequest.of(policy_set, pod, now=now, explain=explain, counts=counts)
+    request = ScoreRequest.of(policy_set, pod, now=now, explain=explain, counts=counts, namespaces=namespaces)
     if isinstance(nodes, NodesByName):
         nodes, request.result.unknown = nodes.resolve()
     return request.evaluate(nodes, node_info, deadline)

@@ -417,6 +417,7 @@ class EquivalenceCache:
         self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
         self._reads: dict[str, PolicyReads] = {}
         self._paths: dict[tuple[str, ...], tuple[Path, ...]] = {}
+        self._namespace_paths: dict[tuple[str, ...], tuple[Path, ...]] = {}
         # (policy name, pod fingerprint) -> (the policy, its match outcome); the policy object tells
         # a new generation's policy of the same name from the old one.
         self._matches: dict[tuple[str, bytes], tuple[Policy, Outcome]] = {}
@@ -434,6 +435,7 @@ class EquivalenceCache:
             self._tables.clear()
             self._reads.clear()
             self._paths.clear()
+            self._namespace_paths.clear()
             self._matches.clear()
         names = tuple(s.policy.name for s in scopes)
         paths = self._paths.get(names)
@@ -442,9 +444,17 @@ class EquivalenceCache:
             for scope in scopes:
                 read |= self.reads(scope.policy).pod_paths
             paths = self._paths[names] = tuple(sorted(read))
+            self._namespace_paths[names] = tuple(sorted({p for scope in scopes for p in self.reads(scope.policy).namespace_paths}))
         fingerprint = pod_fingerprint(pod, paths)
         if fingerprint is None:
             return None
+        namespace_paths = self._namespace_paths[names]
+        if namespace_paths:
+            # A namespace's labels changed: its pods are another class (the cache replaced the object).
+            seen = namespace_fingerprint(scopes[0].fixed.get("namespaceObject"), namespace_paths)
+            if seen is None:
+                return None
+            fingerprint += seen
         key = (verb, names, fingerprint)
         table = self._tables.get(key)
         if table is None:
@@ -456,7 +466,7 @@ class EquivalenceCache:
             self._tables.move_to_end(key)
         return table
 
-    def match(self, policy: Policy, pod: Mapping[str, Any], evaluate: Callable[[], Outcome]) -> Outcome:
+    def match(self, policy: Policy, pod: Mapping[str, Any], evaluate: Callable[[], Outcome], namespace: Any = None) -> Outcome:
         """The outcome of ``policy``'s match expression for ``pod``: remembered for pods that
         agree on every field the policy reads (match expression, variables and rules: a
         superset of what the match reads), unless it reads ``now``. Replicas of one pod
@@ -465,6 +475,9 @@ class EquivalenceCache:
         if self.classes <= 0 or reads.match_paths is None:
             return evaluate()
         fingerprint = pod_fingerprint(pod, reads.match_paths)
+        if fingerprint is not None and reads.match_namespace_paths:
+            seen = namespace_fingerprint(namespace, reads.match_namespace_paths)
+            fingerprint = None if seen is None else fingerprint + seen
         if fingerprint is None:
             return evaluate()
         key = (policy.name, fingerprint)
@@ -480,6 +493,14 @@ class EquivalenceCache:
         if found is None or found.policy is not policy:  # a new generation's policy of the same name
             found = self._reads[policy.name] = PolicyReads(policy)
         return found
+
+
+def namespace_fingerprint(namespace: Any, paths: Sequence[Path]) -> bytes | None:
+    """What a class key adds for what policies read of the pod's namespace (null apart)."""
+    if namespace is None:
+        return b"\0null"
+    seen = pod_fingerprint(namespace, paths)
+    return None if seen is None else b"\0" + seen
 
 
 MATCHES_KEPT = 4096  # remembered match outcomes, all forgotten at once past this

@@ -110,6 +110,7 @@ def count_in_flight(
     now: Any = None,
     deadline: Deadline | None = None,
     counts: Any = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> int:
     """Fail the nodes ``result`` passed where the filters reject ``pod`` once the pods in
     flight there (``on``, from ``pods_in_flight``) are counted; how many it failed. Changes
@@ -131,7 +132,7 @@ def count_in_flight(
             info[name] = with_pods(view, pods, requests=requests)
         else:
             info[name] = {"pods": [*view["pods"], *pods], "podCount": view["podCount"] + len(pods), "requested": view["requested"]}
-    again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline, counts=counts)
+    again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline, counts=counts, namespaces=namespaces)
     rejected = {**again.failed, **again.unresolvable}
     if not rejected:
         return 0
@@ -178,6 +179,7 @@ def count_across(
     node_info: Mapping[str, Any] | None,
     now: Any = None,
     deadline: Deadline | None = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> int:
     """Fail the nodes ``result`` passed where the matching policies that read ``counts`` reject
     ``pod`` with the pods in flight counted (``counts``, from ``in_flight_counts``); how many
@@ -190,7 +192,8 @@ def count_across(
         objects = [s.node for name in result.passed if (s := nodes.states.get(name)) is not None]
     else:
         objects = [n for n, name in zip(nodes, node_names(nodes)) if name in passed]
-    again = filter_nodes(policy_set.subset(policies), pod, objects, node_info=node_info, now=now, deadline=deadline, counts=counts)
+    again = filter_nodes(policy_set.subset(policies), pod, objects, node_info=node_info, now=now, deadline=deadline, counts=counts,
+                         namespaces=namespaces)
     rejected = {**again.failed, **again.unresolvable}
     if not rejected:
         return 0

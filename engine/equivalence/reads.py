@@ -33,6 +33,8 @@ class PolicyReads:
                 expressions.append(rule.message_expression)
         expressions += [rule.expression for rule in policy.scores]
         self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root))
+        # What they read of the pod's Namespace: pods of namespaces that differ there are not equivalent.
+        self.namespace_paths: frozenset[Path] = frozenset(p for e in expressions for p in object_paths(e.root, "namespaceObject"))
         # The compiler flags filter rules that read nodeInfo; their messages and the scores are looked at here.
         self._node_info = {
             "filter": any(rule.reads_node_info or (rule.message_expression is not None and _reads_node_info(policy, rule.message_expression)) for rule in policy.filters),
@@ -43,7 +45,9 @@ class PolicyReads:
         match = policy.match.expression
         # What a match expression's outcome is remembered by (None: it reads now, so never).
         self.match_paths: tuple[Path, ...] | None = None
+        self.match_namespace_paths: tuple[Path, ...] = ()
         if match is not None and not self.timed(match):
+            self.match_namespace_paths = tuple(sorted(self.namespace_paths | frozenset(object_paths(match.root, "namespaceObject"))))
             self.match_paths = tuple(sorted(self.pod_paths | frozenset(pod_paths(match.root))))
 
     def reads_node_info(self, verb: str) -> bool:
@@ -154,15 +158,31 @@ def _declared_reads(node: ast.Node) -> list[tuple[ast.Node, Any]] | None:
     return [(arg, reads[i] if i < len(reads) else None) for i, arg in enumerate(node.args)]
 
 
-def _chain(node: ast.Node) -> Path | None:
+def object_paths(root: ast.Node, variable: str) -> Iterable[Path]:
+    """Field paths below ``variable`` that an expression reads (``()``: the whole object).
+    ``variable == null`` and ``!= null`` read none: whether it is null is in every class key
+    (``engine.equivalence.classes.namespace_fingerprint``)."""
+    if isinstance(root, ast.Binary) and root.op in ("==", "!=") and any(
+        isinstance(side, ast.Literal) and side.value is None for side in (root.left, root.right)
+    ) and any(isinstance(side, ast.Ident) and side.name == variable for side in (root.left, root.right)):
+        return
+    path = _chain(root, variable)
+    if path is not None:
+        yield path
+        return
+    for child in ast.children(root):
+        yield from object_paths(child, variable)
+
+
+def _chain(node: ast.Node, variable: str = "pod") -> Path | None:
     match node:
-        case ast.Ident(name="pod"):
+        case ast.Ident(name=found) if found == variable:
             return ()
         case ast.Select(operand=operand, field=name) | ast.Has(operand=operand, field=name):
-            head = _chain(operand)
+            head = _chain(operand, variable)
             return None if head is None else (*head, name)
         case ast.Index(operand=operand, index=ast.Literal(value=str() as name)):
-            head = _chain(operand)
+            head = _chain(operand, variable)
             return None if head is None else (*head, name)
     return None
 

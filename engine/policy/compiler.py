@@ -299,6 +299,8 @@ class _PolicyCompiler:
     def _cel_error(self, code: str, path: Path, text: str, exc: cel.CompileError, *, scope: str | None = None) -> None:
         location = _location_in_scalar(self.doc, path, exc.line, exc.column)
         message = exc.message
+        if message == "reserved identifier 'namespace'":
+            message += " (the pod's Namespace object is namespaceObject)"
         if code == "KPE301" and scope is not None and not message.startswith("undeclared reference to function"):
             name = message.split("'")[1] if "'" in message else ""
             readable = _readable(scope)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from engine.policy.compiler import CostLimits, compile_policy
+from engine.policy.params import ClusterParams, compile_with_params
 from engine.policy.documents import Document, load_documents
 from engine.errors import Location, PolicyError, PolicyLoadError
 from engine.policy.counts import count_specs
@@ -85,10 +86,11 @@ def load_files(files: Iterable[Path]) -> tuple[list[Document], list[PolicyError]
 
 
 def compile_documents(
-    docs: Iterable[Document], cost_limits: CostLimits | None = None, skipped: list[str] | None = None
+    docs: Iterable[Document], cost_limits: CostLimits | None = None, skipped: list[str] | None = None, cluster_params: ClusterParams | None = None
 ) -> tuple[list[Policy], list[PolicyError]]:
     """Compile kpe's documents; another tool's object is left out, and named in ``skipped``
-    (``file:line: Kind (apiVersion)``) when a list is given."""
+    (``file:line: Kind (apiVersion)``) when a list is given. ``cluster_params``: the ConfigMaps
+    that ``paramsFrom`` names (``engine.policy.params``; None: policies use their defaults)."""
     policies: list[Policy] = []
     errors: list[PolicyError] = []
     first_seen: dict[str, Location] = {}
@@ -128,7 +130,7 @@ def compile_documents(
             )
             continue
         first_seen[name] = doc.location(("metadata", "name"))
-        policy, policy_errors = compile_policy(doc, cost_limits)
+        policy, policy_errors = compile_with_params(doc, cost_limits, cluster_params)
         errors += policy_errors
         if policy is not None:
             policies.append(policy)
@@ -164,7 +166,13 @@ def _compile_despite_schema_errors(doc: Document, cost_limits: CostLimits | None
 
 def generation_of(policies: Iterable[Policy]) -> str:
     """A content hash: the same policies give the same generation anywhere."""
-    canonical = json.dumps([p.source for p in sorted(policies, key=lambda p: p.name)], sort_keys=True, default=str)
+    # A policy's params from a ConfigMap are in its generation: their change is a reload.
+    canonical = json.dumps(
+        [[p.source, p.params] if p.params_from else p.source for p in sorted(policies, key=lambda p: p.name)]
+        + [f"{p.name}: {p.params_error}" for p in policies if p.params_error],
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
@@ -186,7 +194,8 @@ def empty_set_error(paths: Iterable[str | os.PathLike[str]], files: int) -> Poli
 
 
 def load(
-    paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False, cost_limits: CostLimits | None = None, excluded_namespaces: Iterable[str] = SYSTEM_NAMESPACES
+    paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False, cost_limits: CostLimits | None = None, excluded_namespaces: Iterable[str] = SYSTEM_NAMESPACES,
+    cluster_params: ClusterParams | None = None,
 ) -> PolicySet:
     """Load every policy under ``paths``; raises ``PolicyLoadError`` with all problems found.
     A load that finds no policy at all is refused (KPE402) unless ``allow_empty``; an
@@ -195,7 +204,7 @@ def load(
     files, errors = discover(paths)
     docs, read_errors = load_files(files)
     skipped: list[str] = []
-    policies, compile_errors = compile_documents(docs, cost_limits, skipped)
+    policies, compile_errors = compile_documents(docs, cost_limits, skipped, cluster_params)
     errors += read_errors + compile_errors
     if not errors and not policies and not allow_empty:
         errors.append(empty_set_error(paths, len(files)))
@@ -214,10 +223,13 @@ def load(
     return policy_set
 
 
-def load_text(text: str, *, file: str = "<inline>", cost_limits: CostLimits | None = None, excluded_namespaces: Iterable[str] = SYSTEM_NAMESPACES) -> PolicySet:
+def load_text(
+    text: str, *, file: str = "<inline>", cost_limits: CostLimits | None = None, excluded_namespaces: Iterable[str] = SYSTEM_NAMESPACES,
+    cluster_params: ClusterParams | None = None,
+) -> PolicySet:
     """Load policies from YAML text (tests, tools)."""
     docs, errors = load_documents(text, file)
-    policies, compile_errors = compile_documents(docs, cost_limits)
+    policies, compile_errors = compile_documents(docs, cost_limits, cluster_params=cluster_params)
     errors += compile_errors
     if errors:
         raise PolicyLoadError(errors)

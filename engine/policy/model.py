@@ -15,7 +15,7 @@ from engine.policy.selectors import LabelSelector
 
 # What each kind of expression may read. Variables that read `node` or
 # `nodeInfo` are node-scoped; every other variable is pod-scoped.
-POD_SCOPE = ("pod", "params", "now")
+POD_SCOPE = ("pod", "namespaceObject", "params", "now")
 NODE_SCOPE = ("node", "nodeInfo")
 # Pods counted across nodes (engine/cel/types/counts.py): fixed for a request, read beside the node.
 COUNTS = ("counts",)
@@ -117,6 +117,11 @@ class Policy:
     preemption: Preemption | None
     source: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     reservation: Reservation | None = field(default=None, repr=False, compare=False)  # set on a reservation's own policy
+    # spec.paramsFrom (engine.policy.params): the ConfigMap, and what is wrong with it: the error
+    # every read of params raises (Deny), and the problem whatever the action (for people).
+    params_from: tuple[str, str] | None = field(default=None, compare=False)
+    params_error: str = field(default="", compare=False)
+    params_problem: str = field(default="", compare=False)
 
     @property
     def mode(self) -> str:

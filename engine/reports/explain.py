@@ -71,19 +71,21 @@ def explain(
     now: Any = None,
     homes: Homes | None = None,
     counts: Any = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> Report:
     """Evaluate every decision for ``pod`` with explanations switched on. ``homes``: where
     the reservations' slots are (``engine.reservations.slots``), so non-owners are kept out of reserved
     room in transit as the filter verb keeps them. ``counts``: what ``counts`` reads (default:
-counted over ``nodes`` and ``cluster_pods``)."""
+counted over ``nodes`` and ``cluster_pods``). ``namespaces``: Namespace objects by name
+(the pod's is ``namespaceObject``)."""
     now = now if now is not None else current_time()
     info = node_info if node_info is not None else node_info_map(nodes, cluster_pods)
     counts = counts_of(policy_set.counts, nodes, cluster_pods) if counts is None else counts
-    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts)
+    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts, namespaces=namespaces)
     if homes:
         keep_off(filtered, pod, nodes, info, homes, reservations={r.name for r in policy_set.reservations})
-    scored = score_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts)
-    admission = admit(policy_set, pod, nodes=nodes, pods=cluster_pods, now=now)
+    scored = score_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts, namespaces=namespaces)
+    admission = admit(policy_set, pod, nodes=nodes, pods=cluster_pods, now=now, namespaces=namespaces)
     meta = pod.get("metadata") or {}
     return Report(
         generation=policy_set.generation,

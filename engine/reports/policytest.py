@@ -20,6 +20,7 @@ an exception, so one broken file does not hide the results of the others.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import time
@@ -40,8 +41,10 @@ from engine.errors import PolicyError, PolicyLoadError
 from engine.decisions.filtering import filter_nodes
 from engine.policy.loader import SUFFIXES, load
 from engine.cluster.nodeinfo import node_info_map, node_name
+from engine.cluster.projection import namespaces_by_name
 from engine.cluster.workloads import WorkloadError, pod_for
 from engine.policy.model import PolicySet
+from engine.policy.params import ClusterParams
 from engine.decisions.preemption import preempt
 from engine.policy.schema import validate
 from engine.decisions.scoring import score_nodes
@@ -152,7 +155,7 @@ class _Runner:
     """Caches what several tests share in one run: loaded policy sets and fixture files."""
 
     def __init__(self) -> None:
-        self.policy_sets: dict[tuple[str, ...], PolicySet | PolicyLoadError] = {}
+        self.policy_sets: dict[tuple[tuple[str, ...], str], PolicySet | PolicyLoadError] = {}
         self.files: dict[str, Any] = {}
 
     def run_document(self, doc: Document) -> list[CaseResult]:
@@ -163,17 +166,17 @@ class _Runner:
             return [CaseResult(doc.file, name, "", error="\n".join(e.render() for e in schema_errors))]
         spec = doc.data["spec"]
         base = Path(doc.file).parent
-        key = tuple(str(base / p) for p in spec["policies"])
-        if key not in self.policy_sets:
-            try:
-                self.policy_sets[key] = load(key)
-            except PolicyLoadError as exc:
-                self.policy_sets[key] = exc
-        policy_set = self.policy_sets[key]
+        paths = tuple(str(base / p) for p in spec["policies"])
         results: list[CaseResult] = []
         for i, case in enumerate(spec["cases"]):
             result = CaseResult(doc.file, name, case["name"])
             start = time.perf_counter()
+            try:
+                policy_set = self.policy_set(paths, _Case(self, doc, name, i, spec).cluster_params())
+            except PolicyTestError as exc:
+                result.error = str(exc)
+                results.append(result)
+                continue
             if isinstance(policy_set, PolicyLoadError):
                 result.error = f"{doc.location(('spec', 'policies'))}: case {case['name']!r}: policies failed to load:\n{policy_set.render()}"
             else:
@@ -186,6 +189,16 @@ class _Runner:
             result.seconds = time.perf_counter() - start
             results.append(result)
         return results
+
+    def policy_set(self, paths: tuple[str, ...], cluster_params: ClusterParams | None) -> PolicySet | PolicyLoadError:
+        """The policies at ``paths``, loaded once per set of ConfigMaps their paramsFrom reads."""
+        key = (paths, json.dumps(sorted(cluster_params.items()) if cluster_params is not None else None, sort_keys=True))
+        if key not in self.policy_sets:
+            try:
+                self.policy_sets[key] = load(paths, cluster_params=cluster_params)
+            except PolicyLoadError as exc:
+                self.policy_sets[key] = exc
+        return self.policy_sets[key]
 
     def read_object(self, file: Path) -> Any:
         real = os.path.realpath(file)
@@ -229,7 +242,7 @@ class _Case:
         return obj
 
     def ref(self, value: Any, kind: str, sub: DocPath, extra: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-        """A fixture name (``kind``: nodes or pods) or an object. A pod may be given as a
+        """A fixture name (``kind``: nodes, pods, namespaces or configMaps) or an object. A pod may be given as a
         workload: it stands for the pod its controller would create
         (``engine.cluster.workloads``); the fixture key then names the workload."""
         if not isinstance(value, str):
@@ -251,12 +264,30 @@ class _Case:
         except WorkloadError as exc:
             raise self.fail(where, f"{what}: {exc}", absolute=absolute) from None
 
+    def cluster_params(self) -> ClusterParams | None:
+        """The case's ConfigMaps by (namespace, name), for paramsFrom; None when the test gives none."""
+        if "configMaps" in self.case:
+            raw = list(self.case["configMaps"])
+        elif "configMaps" in self.fixtures:
+            raw = list(self.fixtures["configMaps"])
+        else:
+            return None
+        found: dict[tuple[str, str], Mapping[str, str] | None] = {}
+        for i, ref in enumerate(raw):
+            obj = self.ref(ref, "configMaps", ("configMaps", i))
+            meta = obj.get("metadata") or {}
+            data = obj.get("data") or {}
+            found[(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))] = {str(k): str(v) for k, v in data.items()}
+        return found
+
     def run(self, policy_set: PolicySet) -> list[Mismatch]:
         case = self.case
         pod = self.ref(case["pod"], "pods", ("pod",))
         raw_nodes = case["nodes"] if "nodes" in case else list(self.fixtures.get("nodes") or {})
         nodes = [self.ref(n, "nodes", ("nodes", i)) for i, n in enumerate(raw_nodes)]
         cluster = [self.ref(p, "pods", ("clusterPods", i)) for i, p in enumerate(case.get("clusterPods") or [])]
+        raw_namespaces = case["namespaces"] if "namespaces" in case else list(self.fixtures.get("namespaces") or {})
+        namespaces = namespaces_by_name(self.ref(n, "namespaces", ("namespaces", i)) for i, n in enumerate(raw_namespaces))
         stamp = case.get("now", self.spec.get("now"))
         try:
             now: Timestamp | None = parse_timestamp(stamp) if stamp else None
@@ -268,7 +299,7 @@ class _Case:
         out: list[Mismatch] = []
 
         if "matched" in expect or "filter" in expect:
-            result = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts)
+            result = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts, namespaces=namespaces)
             if "matched" in expect:
                 _same_set(out, "matched", expect["matched"], result.matched)
             verdicts = {name: "passed" for name in result.passed}
@@ -287,7 +318,7 @@ class _Case:
                 _reasons(out, "filter.audit", want["audit"], audit, lambda n: "no audit rejection")
 
         if "score" in expect:
-            scores = score_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts).scores
+            scores = score_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts, namespaces=namespaces).scores
             want = expect["score"]
             for n, value in (want.get("values") or {}).items():
                 if scores.get(n) != value:
@@ -298,7 +329,7 @@ class _Case:
                 out.append(Mismatch("score.order", order, actual_order))
 
         if "admission" in expect:
-            decision = admit(policy_set, pod, nodes=nodes, pods=cluster, now=now)
+            decision = admit(policy_set, pod, nodes=nodes, pods=cluster, now=now, namespaces=namespaces)
             want = expect["admission"]
             if "admitted" in want and want["admitted"] != decision.admitted:
                 out.append(Mismatch("admission.admitted", want["admitted"], decision.admitted))
@@ -321,7 +352,7 @@ class _Case:
                 n: [self.ref(v, "pods", ("expect", "preemption", "victims", n, i), by_name) for i, v in enumerate(victims)]
                 for n, victims in want["victims"].items()
             }
-            result_p = preempt(policy_set, pod, proposed, nodes={node_name(n): n for n in nodes}, node_info=info, now=now, counts=counts)
+            result_p = preempt(policy_set, pod, proposed, nodes={node_name(n): n for n in nodes}, node_info=info, now=now, counts=counts, namespaces=namespaces)
             if "candidates" in want:
                 _same_set(out, "preemption.candidates", want["candidates"], list(result_p.candidates))
             rejected = want.get("rejected")

@@ -190,14 +190,16 @@ def keep_evictions_off(
     nodes: Mapping[str, Mapping[str, Any]],
     node_info: Mapping[str, Any] | None,
     homes: Homes | None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> PreemptionResult:
     """Drop the preemption candidates where ``pod`` would fit, once its victims are
-    gone, only by using room in transit of a reservation it does not own."""
+    gone, only by using room in transit of a reservation it does not own (``namespaces``:
+    for owners' match expressions that read ``namespaceObject``)."""
     near = [name for name in result.candidates if homes and name in homes and name in nodes]
     if not homes or not near:
         return result
     known = {r.name for r in policy_set.reservations}
-    owned = owned_by([s.policy.name for s in matching_scopes(policy_set, pod, request_inputs(pod, None))])
+    owned = owned_by([s.policy.name for s in matching_scopes(policy_set, pod, request_inputs(pod, None, namespaces=namespaces))])
     for name in near:
         info = node_info.get(name) if node_info is not None else None
         after = without_victims(info if isinstance(info, Mapping) else None, result.candidates[name])

@@ -13,6 +13,10 @@ rejected, and retries it once its backoff (1 to 10 s) has passed.
 Only pods are touched, never nodes, and only pods this replica rejected; the
 memory is bounded (the oldest entries go first). A pod rejected again under
 the new set is remembered again by the filter verb itself.
+
+A change of a Namespace's labels or annotations (``server.cluster.namespaces``, watched while
+a policy reads ``namespaceObject``) is no cluster event for kube-scheduler either: the pods
+rejected in that namespace are touched the same way, whatever generation rejected them.
 """
 
 from __future__ import annotations
@@ -47,6 +51,15 @@ class Requeuer:
         self.rate = rate
         self.limit = limit
         self.rejected: OrderedDict[str, Rejected] = OrderedDict()
+        self.changed_namespaces: set[str] = set()
+        self.namespace_changes = 0  # in the annotation: an equal value would change nothing
+        self._prompt: asyncio.Event | None = None
+
+    def namespace_changed(self, namespace: str) -> None:
+        """Called (on the event loop) when a namespace's labels or annotations changed."""
+        self.changed_namespaces.add(namespace)
+        if self._prompt is not None:
+            self._prompt.set()
 
     def remember(self, pod: Mapping[str, Any], generation: str) -> None:
         """Called by the filter verb for a pod it rejected at least one node for."""
@@ -69,8 +82,9 @@ class Requeuer:
     async def run(self, state: ServerState, stop: asyncio.Event) -> None:
         """Touch the pods rejected under an older generation after every reload."""
         reloaded = state.store.subscribe()
+        prompt = self._prompt = asyncio.Event()
         while not stop.is_set():
-            waiters = [asyncio.create_task(reloaded.wait()), asyncio.create_task(stop.wait())]
+            waiters = [asyncio.create_task(reloaded.wait()), asyncio.create_task(stop.wait()), asyncio.create_task(prompt.wait())]
             try:
                 await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -78,14 +92,23 @@ class Requeuer:
                     w.cancel()
             if stop.is_set():
                 return
+            if prompt.is_set() and not reloaded.is_set():
+                prompt.clear()
+                namespaces, self.changed_namespaces = self.changed_namespaces, set()
+                try:
+                    await self.requeue(state, namespaces=namespaces)
+                except Exception:  # noqa: BLE001 - one failed round must not end the task
+                    log.exception("requeue after a namespace change failed")
+                continue
             reloaded.clear()
             try:
                 await self.requeue(state, reloaded)
             except Exception:  # noqa: BLE001 - one failed round must not end the task
                 log.exception("requeue after reload failed")
 
-    async def requeue(self, state: ServerState, reloaded: asyncio.Event | None = None) -> int:
+    async def requeue(self, state: ServerState, reloaded: asyncio.Event | None = None, *, namespaces: set[str] | None = None) -> int:
         """One round: touch every remembered pod rejected under another generation
+        (with ``namespaces``: rejected in one of them, under any generation)
         that the cache still shows pending. Stops early when another reload comes
         (the next round covers the rest). Returns how many were touched."""
         client, cache = state.client, state.cache
@@ -96,7 +119,7 @@ class Requeuer:
         for key, entry in list(self.rejected.items()):
             if reloaded is not None and reloaded.is_set():
                 break
-            if entry.generation == generation:
+            if (entry.namespace not in namespaces) if namespaces is not None else entry.generation == generation:
                 continue
             self.rejected.pop(key, None)
             if cache is not None:
@@ -104,7 +127,11 @@ class Requeuer:
                 if entry.uid and (current is None or (current.get("spec") or {}).get("nodeName")):
                     state.metrics.requeued.labels("gone").inc()
                     continue  # deleted or bound since: nothing to retry
-            patch = {"metadata": {"annotations": {ANNOTATION: generation}}}
+            value = generation
+            if namespaces is not None:
+                self.namespace_changes += 1
+                value = f"{generation}-ns{self.namespace_changes}"
+            patch = {"metadata": {"annotations": {ANNOTATION: value}}}
             try:
                 await client.merge_patch_pod(entry.namespace, entry.name, patch)
             except ApiError as exc:

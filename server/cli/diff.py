@@ -22,7 +22,7 @@ from engine.policy.loader import load
 from engine.policy.model import PolicySet
 from engine.cluster.snapshot import Snapshot, SnapshotError, read
 
-from server.cli.remote import add_cluster_arguments, read_cluster, with_cluster
+from server.cli.remote import add_cluster_arguments, read_cluster, read_namespaces, with_cluster
 from server.settings import UsageError
 
 EXIT_NO_CHANGE, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
@@ -47,12 +47,12 @@ def cluster_view(args: argparse.Namespace) -> tuple[Snapshot, str]:
         taken = f", taken {snapshot.taken_at}" if snapshot.taken_at else ""
         return snapshot, f"snapshot {args.snapshot}{taken}"
 
-    async def work(client: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    async def work(client: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], str]:
         nodes, pods = await read_cluster(client)
-        return nodes, pods, client.source
+        return nodes, pods, await read_namespaces(client), client.source
 
-    nodes, pods, source = with_cluster(args, work)
-    return Snapshot(nodes=nodes, pods=pods, source=source), f"the cluster ({source})"
+    nodes, pods, namespaces, source = with_cluster(args, work)
+    return Snapshot(nodes=nodes, pods=pods, namespaces=namespaces, source=source), f"the cluster ({source})"
 
 
 def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
@@ -65,7 +65,7 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
     if old is None or new is None:
         return EXIT_ERROR
     snapshot, source = cluster_view(args)
-    impact = preview(old, new, snapshot.nodes, snapshot.pods, sample=args.sample, top=args.top)
+    impact = preview(old, new, snapshot.nodes, snapshot.pods, sample=args.sample, top=args.top, namespaces=snapshot.namespaces)
     served = (snapshot.kpe or {}).get("generation")
     if served and served != old.generation:
         impact.notes.append(f"kpe served generation {served} when the snapshot was taken, not --from's {old.generation}")

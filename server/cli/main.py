@@ -170,6 +170,7 @@ def read_objects(path: str) -> list[dict[str, Any]]:
 
 def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
     from engine.cluster.workloads import WorkloadError, describe, is_workload, pod_for
+    from engine.cluster.projection import namespaces_by_name
     from engine.reports.explain import explain
 
     if args.target:
@@ -191,6 +192,7 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(f"{args.pod}: {exc}") from None
     nodes = read_objects(args.nodes)
     cluster_pods = read_objects(args.cluster_pods) if args.cluster_pods else []
+    namespaces = namespaces_by_name(read_objects(args.namespaces)) if args.namespaces else None
     try:
         policy_set: PolicySet = load(policy_paths(args.policies))
     except PolicyLoadError as exc:
@@ -206,9 +208,9 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
                 out.write("\n")
             if workload:
                 out.write(f"Pod made from {workload} as its controller would create it.\n\n")
-            write(diagnose(policy_set, pod, nodes, cluster_pods=cluster_pods).to_dict(), "markdown", out, limit=args.limit)
+            write(diagnose(policy_set, pod, nodes, cluster_pods=cluster_pods, namespaces=namespaces).to_dict(), "markdown", out, limit=args.limit)
         return EXIT_OK
-    reports = [explain(policy_set, pod, nodes, cluster_pods=cluster_pods) for pod, _ in pods]
+    reports = [explain(policy_set, pod, nodes, cluster_pods=cluster_pods, namespaces=namespaces) for pod, _ in pods]
     for report, (_, workload) in zip(reports, pods):
         report.workload = workload
     if args.output == "json":
@@ -276,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exp.add_argument("--nodes", metavar="FILE", help="nodes: a NodeList, a list, or YAML documents")
     exp.add_argument("--cluster-pods", metavar="FILE", help="pods already running (for nodeInfo and admission)")
+    exp.add_argument("--namespaces", metavar="FILE", help="Namespace objects: the pod's is namespaceObject (null when not among them)")
     exp.add_argument("--policies", nargs="+", metavar="PATH", help="policy files or directories (default: the shipped policies)")
     exp.add_argument("--output", choices=("table", "json", "markdown"), default="table")
     add_explain_pod_arguments(exp)

@@ -32,12 +32,14 @@ from engine.reports.diagnosis.diagnose import diagnose, preemption_vetoes
 from engine.reports.diagnosis.view import DEFAULT_LIMIT, render_markdown, render_text
 from engine.errors import PolicyLoadError
 from engine.policy.loader import load
+from engine.cluster.projection import namespaces_by_name
 
 from server.cli.remote import (
     add_cluster_arguments,
     add_server_arguments,
     get_json,
     read_cluster,
+    read_namespaces,
     with_cluster,
 )
 from server.settings import Settings, UsageError, policy_paths
@@ -110,7 +112,7 @@ def from_cluster(args: argparse.Namespace, namespace: str, name: str, policy_pat
 
     policy_set = load(policy_paths)
 
-    async def work(client: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], str, dict[str, Any] | None]:
+    async def work(client: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], str, dict[str, Any] | None]:
         try:
             pod = await client.get_pod(namespace, name)
         except ApiError as exc:
@@ -118,10 +120,13 @@ def from_cluster(args: argparse.Namespace, namespace: str, name: str, policy_pat
                 raise UsageError(f"pod {namespace}/{name} not found ({client.source})") from None
             raise
         nodes, pods = await read_cluster(client)
-        return pod, nodes, pods, client.source, await vetoed_by_event(client, pod)
+        namespaces = await read_namespaces(client)
+        return pod, nodes, pods, namespaces, client.source, await vetoed_by_event(client, pod)
 
-    pod, nodes, pods, source, vetoed = with_cluster(args, work)
-    data = diagnose(policy_set, pod, nodes, cluster_pods=pods, placeholder_namespace=args.reservation_namespace).to_dict()
+    pod, nodes, pods, namespaces, source, vetoed = with_cluster(args, work)
+    data = diagnose(
+        policy_set, pod, nodes, cluster_pods=pods, placeholder_namespace=args.reservation_namespace, namespaces=namespaces_by_name(namespaces)
+    ).to_dict()
     data["source"] = f"policies {' '.join(policy_paths)}, cluster from {source}"
     if vetoed is not None:
         data["preemption"] = vetoed

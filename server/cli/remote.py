@@ -89,6 +89,22 @@ async def read_cluster(client: Any, *, include_finished: bool = False) -> tuple[
     return nodes, pods
 
 
+async def read_namespaces(client: Any) -> list[dict[str, Any]]:
+    """Every namespace as ``namespaceObject`` holds it (``engine.cluster.projection.namespace_view``);
+    none when the credentials may not list namespaces (policies then see null, as kpe would
+    without its namespace RBAC)."""
+    from engine.cluster.projection import namespace_view
+    from server.cluster.kube import ApiError
+
+    try:
+        namespaces, _ = await client.list_all("/api/v1/namespaces", transform=namespace_view)
+    except ApiError as exc:
+        if exc.status not in (401, 403):
+            raise
+        return []
+    return list(namespaces)
+
+
 def with_cluster(args: argparse.Namespace, work: Callable[[Any], Awaitable[T]]) -> T:
     """Run ``work(client)`` with a Kubernetes client made from ``--kubeconfig`` (or the
     environment), closing it afterwards; credential and API failures become UsageError."""

@@ -22,6 +22,7 @@ from server.cli.remote import (
     add_server_arguments,
     get_json,
     read_cluster,
+    read_namespaces,
     with_cluster,
 )
 from server.settings import UsageError
@@ -72,18 +73,20 @@ def salt(args: argparse.Namespace) -> bytes:
 
 
 def take(args: argparse.Namespace) -> Snapshot:
-    async def work(client: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    async def work(client: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], str]:
         nodes, pods = await read_cluster(client, include_finished=args.include_finished)
-        return nodes, pods, client.source
+        return nodes, pods, await read_namespaces(client), client.source
 
-    nodes, pods, source = with_cluster(args, work)
+    nodes, pods, namespaces, source = with_cluster(args, work)
     view = kpe_view(args) if args.server else None
-    snapshot = Snapshot(nodes=nodes, pods=pods, taken_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), source=source, kpe=view)
+    snapshot = Snapshot(nodes=nodes, pods=pods, taken_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), source=source, kpe=view,
+                        namespaces=namespaces)
     if args.anonymise:
         anonymiser = Anonymiser(salt(args), args.keep_name or [], words=words_in(policy_texts(args.keep_names_from or [])))
         anonymiser.learn_nodes(nodes)
         snapshot.nodes = [anonymiser.node(n) for n in nodes]
         snapshot.pods = [anonymiser.pod(p) for p in pods]
+        snapshot.namespaces = [anonymiser.namespace(n) for n in namespaces]
         snapshot.kpe = anonymiser.kpe_view(view) if view is not None else None
         snapshot.source = "anonymised"
         snapshot.anonymised = True

@@ -50,6 +50,9 @@ from engine.cluster.projection import EVERYTHING, Projection
 
 from server.cluster.informer import CATCH_UP_S, Informer, Reachability
 from server.cluster.kube import KubeClient
+from server.cluster.namespaces import PATH as NAMESPACES_PATH
+from server.cluster.namespaces import Namespaces, reads_namespace
+from server.cluster.configmaps import ConfigMaps
 from server.cluster.trim import is_projected as is_projected  # also read through here by server.introspection.endpoints
 from server.cluster.trim import trim
 
@@ -111,6 +114,15 @@ class ClusterCache:
                            catch_up_s=catch_up_s, reachability=self._reachability)
             for kind, path in (("node", "/api/v1/nodes"), ("pod", "/api/v1/pods"))
         }
+        # Namespaces, watched once a served set reads namespaceObject (server.cluster.namespaces).
+        self.namespaces = Namespaces(lambda sink: Informer("namespace", NAMESPACES_PATH, client=client, sink=sink, metrics=metrics, page_size=page_size,
+                                                           backoff_max=backoff_max, catch_up_s=catch_up_s, reachability=self._reachability))
+        # paramsFrom's ConfigMaps (server.cluster.configmaps), the policy store's params source.
+        self.configmaps = ConfigMaps(lambda path, sink: Informer("configmap", path, client=client, sink=sink, metrics=metrics, page_size=page_size,
+                                                                 backoff_max=backoff_max, catch_up_s=catch_up_s, reachability=self._reachability))
+        if policies is not None:
+            policies.params = self.configmaps
+        self._stop: asyncio.Event | None = None
         self._subscribers: list[asyncio.Event] = []
         self.synced = asyncio.Event()
         # Keys of the unbound pods that hold one of kpe's gates, kept as events arrive, so the
@@ -197,11 +209,14 @@ class ClusterCache:
     @property
     def connected(self) -> bool:
         """Whether every informer's watch is open and caught up: what the cache holds is current."""
-        return all(inf.connected for inf in self._informers.values())
+        return all(inf.connected for inf in self._watching())
+
+    def _watching(self) -> list[Informer]:
+        return [*self._informers.values(), *((self.namespaces.informer,) if self.namespaces.started else ()), *self.configmaps.informers]
 
     def disconnection(self) -> tuple[float, str] | None:
         """None while the cache is connected; else for how many seconds it has not been, and why."""
-        lost = [inf for inf in self._informers.values() if not inf.connected]
+        lost = [inf for inf in self._watching() if not inf.connected]
         if not lost:
             return None
         now = time.monotonic()
@@ -258,21 +273,30 @@ class ClusterCache:
     async def run(self, stop: asyncio.Event) -> None:
         """Run both informers until ``stop`` is set (or this task is cancelled)."""
         self._loop = asyncio.get_running_loop()
+        self._stop = stop
         store = self._store
         if store is not None:
             store.add_swap_guard(self._before_swap)
             if store.ready:  # a set swapped in before the guard was there: nothing is cached yet
                 self._projection = self._projection.union(store.current.pod_projection)
                 self.recount(store.current.counts)
+                if reads_namespace(store.current):
+                    self.namespaces.start(stop)
         loops = [asyncio.create_task(inf.run(stop), name=f"informer-{kind}") for kind, inf in self._informers.items()]
         loops.append(asyncio.create_task(self._reachability.run(stop), name="api-server-probe"))
+        # Ends once the ConfigMaps are listed: not one of the loops whose end ends the cache.
+        params = asyncio.create_task(self.configmaps.serve(store, stop), name="policy-params") if store is not None else None
         stopped = asyncio.create_task(stop.wait())
         try:
             await asyncio.wait([*loops, stopped], return_when=asyncio.FIRST_COMPLETED)
         finally:
+            if params is not None:
+                loops.append(params)
             for task in (*loops, stopped):
                 task.cancel()
             await asyncio.gather(*loops, stopped, return_exceptions=True)
+            await self.namespaces.stop()
+            await self.configmaps.close()
             if store is not None:
                 store.remove_swap_guard(self._before_swap)
             for inf in self._informers.values():
@@ -308,6 +332,8 @@ class ClusterCache:
         cache keep fewer, ``narrow_after_s`` after the swap."""
         loop = self._loop
         wanted = candidate.pod_projection
+        if loop is not None and not loop.is_closed() and self._stop is not None and not self.namespaces.started and reads_namespace(candidate):
+            self.namespaces.start_before_swap(loop, self._stop)
         if loop is None or loop.is_closed():
             self._projection = self._projection.union(wanted)  # not running: nothing is waiting to be listed
             self.recount(candidate.counts)

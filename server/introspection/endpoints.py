@@ -120,6 +120,8 @@ async def policies(request: Request) -> Response:
                 "scores": [{"name": r.name, "weight": r.weight} for r in p.scores],
                 "admissionGate": p.admission.gate if p.admission else None,
                 "preemption": bool(p.preemption),
+                # paramsFrom: the ConfigMap, and what is wrong with it ("" when its values serve).
+                **({"paramsFrom": {"configMap": "/".join(p.params_from), "problem": p.params_problem}} if p.params_from else {}),
             }
             for p in current.policies
         ],
@@ -169,7 +171,7 @@ async def explain_endpoint(request: Request) -> Response:
     report = await state.worker.run(
         lambda: explain(
             policy_set, args.pod, nodes, cluster_pods=pods, node_info=state.node_info() if state.cache is not None else {},
-            homes=latest.homes if latest is not None else None, counts=state.counts(),
+            homes=latest.homes if latest is not None else None, counts=state.counts(), namespaces=state.namespaces(),
         )
     )
     data = report.to_dict()
@@ -208,7 +210,7 @@ async def explain_pod(request: Request) -> Response:
     diagnosis = await asyncio.to_thread(
         diagnose, policy_set, pod, nodes, cluster_pods=pods, node_info=info,
         slots=latest.slots if latest is not None else None, homes=latest.homes if latest is not None else None,
-        placeholder_namespace=state.settings.reservation_namespace,
+        placeholder_namespace=state.settings.reservation_namespace, namespaces=state.namespaces(),
     )
     data = diagnosis.to_dict()
     if is_projected(pod):

@@ -8,6 +8,11 @@ broken change leaves the last good set serving. The outcome of the last load
 Swap guards (``add_swap_guard``) run in the reload thread between the compile
 and the swap, and may hold the new set back: the node and pod cache relists
 pods there when the new set reads pod fields it dropped (``server.cluster.cache``).
+
+Policies with ``paramsFrom`` are compiled with the ConfigMaps' values (``params``, a
+``ParamsSource``: ``server.cluster.configmaps`` with a cluster, none found without one);
+a set that names a ConfigMap not watched yet is compiled again once it is listed, and a
+ConfigMap's change is a reload like a file's. Reloads run one at a time.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from engine.policy.compiler import CostLimits
 from engine.errors import PolicyError, PolicyLoadError
@@ -37,6 +44,30 @@ class LoadOutcome:
 
 
 Snapshot = tuple[tuple[str, str, int, int], ...]
+Ref = tuple[str, str]
+
+
+class ParamsSource(Protocol):
+    """The ConfigMaps ``paramsFrom`` names (``engine.policy.params``)."""
+
+    def values(self) -> Mapping[Ref, Mapping[str, str] | None]: ...
+
+    def covers(self, refs: frozenset[Ref]) -> bool: ...
+
+    def ensure(self, refs: frozenset[Ref]) -> None: ...
+
+
+class NoConfigMaps:
+    """A server without a cluster: no ConfigMap is ever found."""
+
+    def values(self) -> Mapping[Ref, Mapping[str, str] | None]:
+        return {}
+
+    def covers(self, refs: frozenset[Ref]) -> bool:
+        return True
+
+    def ensure(self, refs: frozenset[Ref]) -> None:
+        return None
 
 
 class PolicyStore:
@@ -70,6 +101,9 @@ class PolicyStore:
         self.reloads = {"success": 0, "failure": 0, "unchanged": 0}
         self._listeners: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self._guards: list[Callable[[PolicySet], None]] = []
+        # Where paramsFrom's ConfigMaps come from; None: policies use their declared params.
+        self.params: ParamsSource | None = None
+        self._reloading = threading.Lock()
 
     @property
     def current(self) -> PolicySet:
@@ -84,7 +118,7 @@ class PolicyStore:
 
     def load_initial(self) -> PolicySet:
         """The first load: errors here stop start-up (there is nothing to fall back to)."""
-        policy_set = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits, excluded_namespaces=self.excluded_namespaces)
+        policy_set = self._load()
         self._current = policy_set
         self.last = LoadOutcome(True, policy_set.generation)
         log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.path})
@@ -115,13 +149,28 @@ class PolicyStore:
             before = now
         return False
 
+    def _load(self) -> PolicySet:
+        params = self.params
+        policy_set = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits, excluded_namespaces=self.excluded_namespaces,
+                          cluster_params=params.values() if params is not None else None)
+        refs = frozenset(p.params_from for p in policy_set.policies if p.params_from is not None)
+        if params is not None and not params.covers(refs):
+            params.ensure(refs)  # a ConfigMap not watched yet: its values, then the set again
+            policy_set = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits,
+                              excluded_namespaces=self.excluded_namespaces, cluster_params=params.values())
+        return policy_set
+
     def reload(self) -> LoadOutcome:
         """Compile the files as they are now, once they hold still, and swap if they are clean and different."""
+        with self._reloading:
+            return self._reload()
+
+    def _reload(self) -> LoadOutcome:
         previous = self._current
         if not self.wait_until_stable():
             log.warning("policy files still changing after %d checks; loading them as they are", self.stable_checks, extra={"path": self.path})
         try:
-            candidate = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits, excluded_namespaces=self.excluded_namespaces)
+            candidate = self._load()
         except PolicyLoadError as exc:
             self.reloads["failure"] += 1
             generation = previous.generation if previous else ""
@@ -139,6 +188,10 @@ class PolicyStore:
             except Exception:  # noqa: BLE001 - a guard's failure must not stop reloads
                 log.exception("policy swap guard failed", extra={"generation": candidate.generation})
         self._current = candidate  # the swap: one reference, never mutated in place
+        for policy in candidate.policies:
+            if policy.params_problem:
+                log.warning("policy %s: %s (parameterNotFoundAction %s)", policy.name, policy.params_problem,
+                            "Deny" if policy.params_error else "UseDefaults", extra={"generation": candidate.generation, "policy": policy.name})
         self.reloads["success"] += 1
         self.last = LoadOutcome(True, candidate.generation)
         log.info(

@@ -124,7 +124,7 @@ class ReservationController:
         single = self._single(policy_set, reservation)
         cache = self.state.cache
         if not is_projected(cast(dict[str, Any], pod)) or (cache is not None and cache.projection.whole):
-            answer = bool(matching_scopes(single, pod, request_inputs(pod, None)))
+            answer = bool(matching_scopes(single, pod, request_inputs(pod, None, namespaces=self.state.namespaces())))
             self._owners[key] = answer
             return answer
         namespaces = single.policies[0].match.namespaces
@@ -151,7 +151,7 @@ class ReservationController:
                     pod = None
             same = pod is not None and str((pod.get("metadata") or {}).get("uid") or "") == uid
             for reservation in policy_set.reservations:
-                owns = same and pod is not None and bool(matching_scopes(self._single(policy_set, reservation), pod, request_inputs(pod, None)))
+                owns = same and pod is not None and bool(matching_scopes(self._single(policy_set, reservation), pod, request_inputs(pod, None, namespaces=self.state.namespaces())))
                 self._owners[(uid, policy_set.generation, reservation.name)] = owns
             log.debug("read %s whole: owns %s", key_of(cached), sorted(r.name for r in policy_set.reservations if self._owners.get((uid, policy_set.generation, r.name))) or "no reservation")
 
@@ -170,7 +170,7 @@ class ReservationController:
             return None
         reservation = next(r for r in policy_set.reservations if r.name == claim.reservation)
         single = self._single(policy_set, reservation)
-        owns = bool(matching_scopes(single, pod, request_inputs(pod, None)))
+        owns = bool(matching_scopes(single, pod, request_inputs(pod, None, namespaces=self.state.namespaces())))
         self._owners[(str((pod.get("metadata") or {}).get("uid") or ""), policy_set.generation, reservation.name)] = owns
         taken = ((pod.get("metadata") or {}).get("annotations") or {}).get(CLAIM_ANNOTATION)
         return pod if owns and not taken else None

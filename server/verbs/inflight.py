@@ -58,8 +58,9 @@ def counted(
     if inline_s is not None:
         raise Offload(len(on) or len(result.passed), None)
     if on:
-        count_in_flight(result, needed, pod, nodes, on, node_info=state.node_info(), deadline=deadline, counts=cache.counts)
-    count_across(result, policy_set, pod, nodes, across, node_info=state.node_info(), deadline=deadline)
+        count_in_flight(result, needed, pod, nodes, on, node_info=state.node_info(), deadline=deadline, counts=cache.counts,
+                        namespaces=state.namespaces())
+    count_across(result, policy_set, pod, nodes, across, node_info=state.node_info(), deadline=deadline, namespaces=state.namespaces())
     return result
 
 

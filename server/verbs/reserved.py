@@ -43,4 +43,4 @@ def keep_evictions_off_reserved(
     controller = state.reservations
     if controller is None or not controller.homes or not policy_set.reservations:
         return result
-    return keep_evictions_off(result, policy_set, pod, nodes, state.node_info(), controller.homes)
+    return keep_evictions_off(result, policy_set, pod, nodes, state.node_info(), controller.homes, namespaces=state.namespaces())

@@ -73,8 +73,14 @@ EVENTS_V1 = Resource("events", "Event", "events.k8s.io", "v1", True, "/registry/
 LEASES = Resource("leases", "Lease", "coordination.k8s.io", "v1", True, "/registry/leases/",
                   ("metadata.name", "metadata.namespace"), {"spec": {}})
 
-RESOURCES: dict[str, Resource] = {r.key: r for r in (NODES, PODS, EVENTS, EVENTS_V1, LEASES)}
-ALIASES = {"node": "nodes", "pod": "pods", "event": "events", "lease": "leases.coordination.k8s.io",
+NAMESPACES = Resource("namespaces", "Namespace", "", "v1", False, "/registry/namespaces/",
+                      ("metadata.name", "status.phase"), {"spec": {}, "status": {}})
+CONFIGMAPS = Resource("configmaps", "ConfigMap", "", "v1", True, "/registry/configmaps/",
+                      ("metadata.name", "metadata.namespace"), {})
+
+RESOURCES: dict[str, Resource] = {r.key: r for r in (NODES, PODS, EVENTS, EVENTS_V1, LEASES, NAMESPACES, CONFIGMAPS)}
+ALIASES = {"node": "nodes", "pod": "pods", "event": "events", "lease": "leases.coordination.k8s.io", "namespace": "namespaces",
+           "configmap": "configmaps",
            "leases": "leases.coordination.k8s.io", "events.k8s.io": "events.events.k8s.io"}
 
 

@@ -146,6 +146,7 @@ def kubernetes_types(params: Any = None) -> dict[str, Type]:
     )
     return {
         "pod": pod,
+        "namespaceObject": objects["Namespace"],  # null when kpe does not know the namespace
         "node": node,
         "nodeInfo": node_info,
         "victim": pod,

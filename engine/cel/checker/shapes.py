@@ -134,6 +134,7 @@ NODE = _object(
         "status": _object({"images": Shape("list", items=NODE_IMAGES_MAX)}),
     }
 )
+NAMESPACE = _object({"metadata": _metadata()})
 NODE_INFO = _object(
     {
         "pods": Shape("list", items=PODS_PER_NODE_MAX, item=POD),
@@ -147,6 +148,7 @@ def kubernetes_roots(params: Any = None) -> dict[str, Shape]:
     """The shapes of every variable a kpe expression can read (``variables.*`` aside)."""
     return {
         "pod": POD,
+        "namespaceObject": NAMESPACE,
         "node": NODE,
         "nodeInfo": NODE_INFO,
         "victim": POD,

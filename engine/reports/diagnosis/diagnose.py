@@ -178,6 +178,7 @@ def preemption_verdicts(
     dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]] | None = None,
     homes: Homes | None = None,
     counts: Any = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> dict[str, EvictionVerdict]:
     """For each node that cannot take the pod (``rejected``: kpe's verdict and reason by node,
     "pass" for nodes only kube-scheduler rejects), whether preemption could place it there:
@@ -212,8 +213,8 @@ def preemption_verdicts(
             continue
         candidates[name] = victims
     if candidates:
-        result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now, counts=counts)
-        result = keep_evictions_off(result, policy_set, pod, by_name, node_info, homes)
+        result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now, counts=counts, namespaces=namespaces)
+        result = keep_evictions_off(result, policy_set, pod, by_name, node_info, homes, namespaces=namespaces)
         for name, victims in candidates.items():
             names = [victim_name(v) for v in victims]
             if name in result.rejected:
@@ -248,12 +249,13 @@ def diagnose(
     slots: Mapping[str, Sequence[Slot]] | None = None,
     homes: Homes | None = None,
     placeholder_namespace: str = "kpe-system",
+    namespaces: Mapping[str, Any] | None = None,
 ) -> Diagnosis:
     """Everything kpe can say about ``pod`` on ``nodes``. ``node_info`` defaults to the one
     ``cluster_pods`` make (kpe's cache passes its own, as the extender verbs use it).
     ``slots`` and ``homes``: the reservations' slots as the reservation controller last saw
     them; without them, as a first pass over ``cluster_pods`` sees them (placeholders in
-    ``placeholder_namespace``)."""
+    ``placeholder_namespace``). ``namespaces``: Namespace objects by name (``namespaceObject``)."""
     now = now if now is not None else current_time()
     info = node_info if node_info is not None else node_info_map(nodes, cluster_pods)
     bound_to = (pod.get("spec") or {}).get("nodeName")
@@ -261,17 +263,17 @@ def diagnose(
         # A bound pod is judged as if it were scheduled now: its own node without it.
         info = {**info, bound_to: without_victims(info[bound_to], [pod])}
     if policy_set.reservations and slots is None:
-        seen = fresh_plan(policy_set, cluster_pods, namespace=placeholder_namespace)
+        seen = fresh_plan(policy_set, cluster_pods, namespace=placeholder_namespace, namespaces=namespaces)
         slots, homes = seen.slots, seen.homes
     counts = counts_of(policy_set.counts, nodes, cluster_pods)
-    report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now, homes=homes, counts=counts)
+    report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now, homes=homes, counts=counts, namespaces=namespaces)
     kube = kubefilters.check_all(pod, nodes, info)
     rejected: dict[str, tuple[str, str]] = {}
     for verdict in report.filter.explanation or []:
         kv = kube.get(verdict.node)
         if verdict.verdict != "pass" or (kv is not None and not kv.passed):
             rejected[verdict.node] = (verdict.verdict, verdict.reason)
-    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes, counts=counts)
+    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes, counts=counts, namespaces=namespaces)
     return Diagnosis(
         report=report,
         state=pod_state(pod, report.matched, policy_set.generation, reserved=bool(policy_set.reservations), excluded=policy_set.excluded_namespaces),

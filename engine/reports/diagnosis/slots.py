@@ -43,12 +43,13 @@ class ReservationPart:
         }
 
 
-def fresh_plan(policy_set: PolicySet, pods: Sequence[Mapping[str, Any]], *, namespace: str) -> Plan:
-    """The slots as a controller's first pass would see them (nothing is done)."""
+def fresh_plan(policy_set: PolicySet, pods: Sequence[Mapping[str, Any]], *, namespace: str, namespaces: Mapping[str, Any] | None = None) -> Plan:
+    """The slots as a controller's first pass would see them (nothing is done); ``namespaces``
+    give owners' match expressions their ``namespaceObject``."""
     singles = {r.name: policy_set.subset((p,)) for p in policy_set.policies if (r := p.reservation) is not None}
 
     def owns(reservation: Reservation, pod: Mapping[str, Any]) -> bool:
-        return bool(matching_scopes(singles[reservation.name], pod, request_inputs(pod, None)))
+        return bool(matching_scopes(singles[reservation.name], pod, request_inputs(pod, None, namespaces=namespaces)))
 
     return plan(policy_set.reservations, pods, SlotMemory(), namespace=namespace, owns=owns, now=0.0, grace_s=0.0)
 

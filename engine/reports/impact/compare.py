@@ -39,6 +39,7 @@ from engine.cel.types.counts import Counts
 from engine.cluster.counts import Adjusted, CountIndex
 from engine.cluster.kubefilters import KubeVerdict
 from engine.cluster.nodeinfo import is_active, node_info_map, node_name
+from engine.cluster.projection import namespaces_by_name
 from engine.policy.model import PolicySet
 from engine.decisions.preemption import without_victims
 from engine.decisions.scoring import score_nodes
@@ -137,20 +138,21 @@ def decide(
     dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]],
     admitted: Sequence[Mapping[str, Any]] | None = None,
     counts: Any = None,
+    namespaces: Mapping[str, Any] | None = None,
 ) -> Decision:
-    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts)
+    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts, namespaces=namespaces)
     reasons = {**dict.fromkeys(filtered.passed, ""), **filtered.failed, **filtered.unresolvable}
     kept = set(filtered.passed)
     feasible_nodes = [n for n in nodes if node_name(n) in kept and kube[node_name(n)].passed]
     feasible = [node_name(n) for n in feasible_nodes]
-    scores = score_nodes(policy_set, pod, feasible_nodes, node_info=info, now=now, counts=counts).scores if feasible_nodes else {}
-    admission = admit(policy_set, pod, nodes=nodes, pods=pods, admitted=admitted, now=now)
+    scores = score_nodes(policy_set, pod, feasible_nodes, node_info=info, now=now, counts=counts, namespaces=namespaces).scores if feasible_nodes else {}
+    admission = admit(policy_set, pod, nodes=nodes, pods=pods, admitted=admitted, now=now, namespaces=namespaces)
     gates = {d.gate: (not d.satisfied, d.message, d.policy) for d in admission.decisions if not d.audit}
     decision = Decision(filtered.matched, reasons, feasible, scores, gates)
     if not feasible:
         kinds = {**dict.fromkeys(filtered.failed, "fail"), **dict.fromkeys(filtered.unresolvable, "unresolvable")}
         rejected = {name: (kinds.get(name, "pass"), reason) for name, reason in reasons.items()}
-        decision.eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, dry_runs=dry_runs, counts=counts)
+        decision.eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, dry_runs=dry_runs, counts=counts, namespaces=namespaces)
     return decision
 
 
@@ -254,8 +256,10 @@ def preview(
     sample: int = 100,
     top: int = 3,
     now: Any = None,
+    namespaces: Sequence[Mapping[str, Any]] = (),
 ) -> Impact:
-    """Decide every pending pod and ``sample`` running pods under ``old`` and ``new``."""
+    """Decide every pending pod and ``sample`` running pods under ``old`` and ``new``
+    (``namespaces``: the cluster's, whose objects are ``namespaceObject``)."""
     now = now if now is not None else current_time()
     pending, running, total_running = subjects(pods, sample)
     impact = Impact(old.generation, new.generation, len(nodes), len(pending), total_running, len(running))
@@ -264,6 +268,7 @@ def preview(
         return impact
     info = node_info_map(nodes, pods)
     index = CountIndex.build(old.counts.union(new.counts), nodes, pods)
+    by_name = namespaces_by_name(namespaces)
     everyone_admitted = admitted_pods(pods)
     for pod, running_on in [(p, "") for p in pending] + [(p, str(p["spec"]["nodeName"])) for p in running]:
         subject: Mapping[str, Any] = pod
@@ -281,8 +286,8 @@ def preview(
         dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]] = {}
         # A running pod does not count itself where it runs, as it does not in its node's nodeInfo.
         counts = Counts(Adjusted(index, removed=[(pod, index.labels_of(running_on))]) if running_on else index)
-        before = decide(old, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs, admitted=admitted, counts=counts)
-        after = decide(new, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs, admitted=admitted, counts=counts)
+        before = decide(old, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs, admitted=admitted, counts=counts, namespaces=by_name)
+        after = decide(new, subject, nodes, view, others, kube, now=now, dry_runs=dry_runs, admitted=admitted, counts=counts, namespaces=by_name)
         impact.changes += compare(pod_label(pod), pod, before, after, top=top, running_on=running_on)
     impact.changes.sort(key=lambda c: (SEVERITY.index(c.kind), c.pod))
     return impact
