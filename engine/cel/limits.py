@@ -11,16 +11,19 @@ failurePolicy decides what a failure means:
   of an object's annotations together; 1,000,000 items is well above the
   largest list kpe hands to an expression (150,000 pods at Kubernetes'
   documented cluster maximum) and holds 8 MB of references.
-- **Cost.** The per-evaluation budget (``cost_limit``, one unit per
-  comprehension element) is also charged by the functions that scan strings:
-  one unit per ``SCAN_CHARS_PER_UNIT`` characters scanned (cel-go's
-  ``StringTraversalCostFactor`` of 0.1), times ``ceil(len(pattern) / 4)``
-  for regular expressions (cel-go's ``RegexStringLengthCostFactor`` of 0.25),
-  and ``FIND_RESULT_UNITS`` per string ``findAll`` returns (each result is a
-  call into RE2 and a new string: about ten comprehension steps' worth of time).
-  Over the budget, ``CostLimitError``.
+- **Cost.** The per-evaluation budget (``cost_limit``), in Kubernetes' units and one
+  for the whole evaluation, kept only by an expression whose estimate for the largest
+  objects the API server admits is over it (``engine.cel.checker.kubecost.request_bound``;
+  any other cannot exceed it and counts nothing). Such an expression is charged up front
+  the most its operations outside loops cost, each comprehension its items times the most
+  one iteration costs (``kubecost.fixed_costs``), and the functions that scan strings one
+  unit per ``SCAN_CHARS_PER_UNIT`` characters scanned (cel-go's
+  ``StringTraversalCostFactor`` of 0.1), times ``ceil(len(pattern) / 4)`` for regular
+  expressions (cel-go's ``RegexStringLengthCostFactor`` of 0.25), and
+  ``FIND_RESULT_UNITS`` per string ``findAll`` returns (each result is a call into RE2
+  and a new string). Over the budget, ``CostLimitError``.
 
-The static estimate (``cost.py``) charges the same units for the worst case the
+The static estimate (``kubecost.py``) charges the same units for the worst case the
 size assumptions allow, so an expression ``kpe check`` accepts stays within its
 budget at run time on objects that respect those assumptions.
 """

@@ -99,8 +99,8 @@ def test_format_validate_takes_only_strings() -> None:
     [
         ("sets.equivalent(x, x)", {"x": list(range(50))}),
         ("x.distinct().size()", {"x": list(range(50))}),
-        ("format.uri().validate(s).hasValue()", {"s": "x" * 4000}),
-        ("format.named('uri').value().validate(s).hasValue()", {"s": "x" * 4000}),
+        # Not validate(): Kubernetes estimates it with a 128-character regex and charges the
+        # format's own regex size at run time (its cost test shows the same).
         ("lists.range(1000).sort().size()", {}),
     ],
 )

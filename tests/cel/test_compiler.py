@@ -185,8 +185,9 @@ def test_cost_limit_applies_to_each_call_of_a_bound_program_and_to_bind_itself()
     # Work done once at bind() is spent against bind()'s own budget; each per-node call
     # gets a full budget for the rest. A bound program therefore never does more than
     # the limit per call, even where evaluate() (both parts in one call) would exceed it.
+    # Each all() costs 3 (its range, its result) and 5 per item (loop condition, step, i >= 0).
     text = "pod.items.all(i, i >= 0) && node.items.all(j, j >= 0)"
-    program = cel.compile(text, variables=["pod", "node"], cost_limit=8)
+    program = cel.compile(text, variables=["pod", "node"], cost_limit=40)
     pod, node = {"items": list(range(6))}, {"items": list(range(6))}
     with pytest.raises(cel.CostLimitError):
         program.evaluate({"pod": pod, "node": node})

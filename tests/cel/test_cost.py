@@ -17,18 +17,24 @@ def estimate(text: str) -> cost.Estimate:
 
 
 def test_a_label_comparison_costs_a_handful_of_units() -> None:
-    assert estimate("node.metadata.labels['zone'] == pod.metadata.labels['zone']").cost == 9
+    # 4 per side (node, .metadata, .labels, ['zone']); == on two strings of up to 63
+    # characters: 0.1 per character of the shorter, rounded up (Kubernetes' units)
+    assert estimate("node.metadata.labels['zone'] == pod.metadata.labels['zone']").cost == 4 + 4 + 7
 
 
 def test_nested_comprehensions_multiply_by_the_sizes_they_iterate() -> None:
     est = estimate("params.xs.all(a, params.xs.all(b, a + b >= 0))")
-    assert est.cost == 4_052_702
+    # inner: params.xs (2), the result (1), 900 x (loop condition 2, step 1, a + b >= 0: 4);
+    # outer: params.xs, the result, 900 x (condition, step and the inner all())
+    assert est.cost == 2 + 1 + 900 * (2 + 1 + (2 + 1 + 900 * (2 + 1 + 4))) == 5_675_403
     assert est.reason == "nested all() over 900 x 900 items"
 
 
 def test_a_single_loop_over_a_known_list_costs_its_length_times_its_body() -> None:
     est = estimate("params.xs.exists(x, x == 3)")
-    assert est.cost == 900 * 3 + 2  # per item: the step, x, ==; the range: params, .xs
+    # the range (params, .xs: 2), the result (1); per item: cel-go's loop condition
+    # @not_strictly_false(!__result__) (3), the step __result__ || ... (1), x == 3 (2)
+    assert est.cost == 2 + 1 + 900 * (3 + 1 + 2)
     assert est.reason == "exists() over 900 items"
 
 
@@ -46,17 +52,18 @@ def test_admission_lists_are_as_large_as_kubernetes_cluster_limits() -> None:
     assert estimate("nodes.exists(n, true)").reason == "exists() over 5,000 items"
 
 
-def test_find_all_costs_a_scan_and_each_possible_result_unless_it_has_a_limit() -> None:
+def test_find_all_costs_its_scan_times_a_quarter_unit_per_pattern_character() -> None:
+    # (262,144 + 1) characters x 0.1, times ceil(6 x 0.25); 4 for the annotation's path
     unbounded = estimate("pod.metadata.annotations['a'].findAll('[0-9]+')")
     assert unbounded.reason == "findAll() with up to 262,145 results"
-    assert unbounded.cost > 2_000_000
-    assert estimate("pod.metadata.annotations['a'].findAll('[0-9]+', 5)").cost < 100_000
+    assert unbounded.cost == 26_215 * 2 + 4
+    assert estimate("pod.metadata.annotations['a'].findAll('[0-9]+', 5)").cost == 26_215 * 2 + 4
 
 
 def test_string_scans_cost_one_unit_per_ten_characters() -> None:
-    # a 63-character label value and a 1-character argument: 7 units for the scan,
-    # 1 for the call, 4 for node, .metadata, .labels and ['a']
-    assert estimate("node.metadata.labels['a'].indexOf('x')").cost == 7 + 1 + 4
+    # a 63-character label value: 7 units for the scan (Kubernetes charges no unit for
+    # the call itself), 4 for node, .metadata, .labels and ['a']
+    assert estimate("node.metadata.labels['a'].indexOf('x')").cost == 7 + 4
 
 
 def test_concatenation_grows_the_string_size_it_passes_on() -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from engine.cel.parser import ast
 from engine.cel.limits import FIND_RESULT_UNITS, MAX_LIST_SIZE as MAX_RANGE, regex_factor, scan_units
 
+from engine.cel.checker import kubecost
 from engine.cel.checker.shapes import DEFAULT_LIST, DEFAULT_STRING, GENERIC, LABEL_KEY_CHARS, SCALAR, SCALAR_CHARS, Shape, join, of_value, string
 
 # -- the estimate ----------------------------------------------------------------
@@ -432,4 +433,9 @@ def estimate(
     read: dict[str, None] = {}
     estimator = _Estimator(roots, variables or {}, lambda name: read.setdefault(name, None))
     part = estimator.visit(root)
-    return Estimate(part.cost, part.shape, part.why.render()), list(read)
+    # The cost itself is Kubernetes' estimate (kubecost.py) for kpe's size assumptions;
+    # this walk gives the result's shape and what drives the cost.
+    values = {name: kubecost.from_shape(shape) for name, shape in roots.items()}
+    known = {name: kubecost.from_shape(e.shape) for name, e in (variables or {}).items()}
+    cost = kubecost.estimate(root, values, kubecost.ASSUMED, namespaces=_namespaces(), variables=known)
+    return Estimate(cost.hi, part.shape, part.why.render()), list(read)

@@ -31,6 +31,7 @@ PODS_PER_NODE_MAX = 110  # kubelet's maxPods default: nodeInfo.pods and preempti
 CLUSTER_NODES_MAX = 5_000  # Kubernetes' documented large-cluster limits: nodes...
 CLUSTER_PODS_MAX = 150_000  # ...and pods (admission's `pods` and `admitted`)
 
+ENUM_CHARS = 32  # a field Kubernetes limits to a few words (a toleration's operator, a taint's effect)
 SCALAR_CHARS = 64  # the string form of a number, quantity, timestamp, IP...
 
 
@@ -122,15 +123,24 @@ def _metadata() -> Shape:
 
 
 _CONTAINERS = Shape("list", items=CONTAINERS_MAX)
+# Taints and tolerations: keys and values are label keys and values, operators and effects
+# short enum words (Kubernetes' string compares cost by the shorter string's length).
+_ENUM = string(ENUM_CHARS)
+_KEYED = {"key": string(LABEL_KEY_CHARS), "value": string(LABEL_VALUE_CHARS), "operator": _ENUM, "effect": _ENUM}
+_TOLERATIONS = Shape("list", items=DEFAULT_LIST, item=_object(_KEYED))
+_TAINTS = Shape("list", items=DEFAULT_LIST, item=_object(_KEYED))
 POD = _object(
     {
         "metadata": _metadata(),
-        "spec": _object({"containers": _CONTAINERS, "initContainers": _CONTAINERS, "ephemeralContainers": _CONTAINERS}),
+        "spec": _object(
+            {"containers": _CONTAINERS, "initContainers": _CONTAINERS, "ephemeralContainers": _CONTAINERS, "tolerations": _TOLERATIONS}
+        ),
     }
 )
 NODE = _object(
     {
         "metadata": _metadata(),
+        "spec": _object({"taints": _TAINTS}),
         "status": _object({"images": Shape("list", items=NODE_IMAGES_MAX)}),
     }
 )

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from engine.cel.checker import kubecost
 from engine.cel.errors import CompileError
 from engine.cel.interpreter.codegencalls import CallGenerator
 from engine.cel.interpreter.codegenflow import FlowGenerator, Scope
@@ -87,6 +88,7 @@ class CodeGenerator(CallGenerator, FlowGenerator):
         variables: list[str],
         check: bool,
         hoisted: dict[int, str] | None = None,
+        accounting: bool = True,
     ) -> None:
         self.text = text
         self.library = library
@@ -105,6 +107,11 @@ class CodeGenerator(CallGenerator, FlowGenerator):
         self.uses_cost = False  # comprehensions, and string scans in functions with loops, spend the budget
         self.has_loops = False
         self.cost_limit = 0
+        # Whether this expression spends a run-time budget at all (Program decides: only
+        # one whose cost on the largest objects can exceed its limit), and what the budget
+        # charges up front and per comprehension item (kubecost.fixed_costs).
+        self.accounting = accounting
+        self.per_item: dict[int, int] = {}
 
     # -- entry points ------------------------------------------------------
     def function(self, root: ast.Node, *, name: str, params: Iterable[str], cost_limit: int) -> Generated:
@@ -113,11 +120,17 @@ class CodeGenerator(CallGenerator, FlowGenerator):
         self.indent = 2
         self.cost_limit = int(cost_limit)
         self.has_loops = _has_loops(root)
+        base = 0
+        if self.accounting:
+            base, self.per_item = kubecost.fixed_costs(root, namespaces=self.library.namespaces)
         code, typ = self.expr(root)
         body = self.lines
         out = [header]
+        if self.accounting and base > cost_limit:
+            # Even on empty values the expression costs more than its limit.
+            out.append("    _cost_exceeded('expression')")
         if self.uses_cost:
-            out.append(f"    _c = [{int(cost_limit)}]")
+            out.append(f"    _c = [{int(cost_limit) - base}]")
         out.append("    try:")
         out += body
         out.append(f"        return {code}")

@@ -36,6 +36,7 @@ class CallGenerator:
     indent: int
     has_loops: bool
     uses_cost: bool
+    accounting: bool
     cost_limit: int
     if TYPE_CHECKING:
         def expr(self, node: ast.Node) -> tuple[str, str]: ...
@@ -146,7 +147,7 @@ class CallGenerator:
                 # nothing): to the evaluation's budget where there are loops, else to a budget
                 # of its own, as charged_call does.
                 budget = ""
-                if self.has_loops:
+                if self.accounting:
                     self.uses_cost = True
                     budget = ", _c"
                 return f"({matcher}({t}{budget}) if type({t} := {target}) is str else {self.method_ref(node, name)}({t}, {args[0]}))", "bool"
@@ -200,7 +201,7 @@ class CallGenerator:
         from engine.cel.interpreter.runtime import make_cost_check
 
         try:
-            matcher = literal_matcher(pattern, make_cost_check(self.text, self.cost_limit), self.cost_limit)
+            matcher = literal_matcher(pattern, make_cost_check(self.text, self.cost_limit), self.cost_limit) if self.accounting else literal_matcher(pattern)
         except EvalError as exc:
             if self.check:
                 raise self.error(exc.message, node.args[0]) from None
@@ -217,23 +218,16 @@ class CallGenerator:
         return f"{self.method_ref(node, name)}({', '.join(args)})"
 
     def charged_call(self, name: str, args: list[str], *, method: bool) -> str | None:
-        """A call that spends the run-time budget, or None for a function that does not.
-
-        In a function with comprehensions the budget is the evaluation's ``_c``; in one
-        without, every call site runs at most once per evaluation, so each call gets a
-        budget of its own and no list is built on the fast path."""
-        if name not in self.library.budgeted and name not in self.library.costs:
+        """A call that spends the evaluation's budget ``_c``, or None for a function that
+        does not, or in an expression that keeps no budget (``accounting``)."""
+        if not self.accounting or name not in self.library.budgeted and name not in self.library.costs:
             return None
         if method and name not in self.library.methods or not method and name not in self.library.functions:
             return None
         impl = self.library.charged(name, method=method)
         ref = self.function_ref("_charged_m_" if method else "_charged_f_", name, impl)
-        if self.has_loops:
-            self.uses_cost = True
-            budget = "_c"
-        else:
-            budget = f"[{self.cost_limit}]"
-        return f"{ref}({', '.join([budget, '_cost_exceeded', *args])})"
+        self.uses_cost = True
+        return f"{ref}({', '.join(['_c', '_cost_exceeded', *args])})"
 
     def method_ref(self, node: ast.Node, name: str) -> str:
         if name not in self.library.methods:

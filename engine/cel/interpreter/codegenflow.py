@@ -43,6 +43,8 @@ class FlowGenerator:
     scopes: list[Scope]
     inline_only: bool
     uses_cost: bool
+    accounting: bool
+    per_item: dict[int, int]
     if TYPE_CHECKING:
         def expr(self, node: ast.Node) -> tuple[str, str]: ...
         def tmp(self, prefix: str = "_t") -> str: ...
@@ -146,7 +148,6 @@ class FlowGenerator:
     def expr_Comprehension(self, node: ast.Comprehension) -> tuple[str, str]:
         if node.kind in ("optMap", "optFlatMap") and not self.inline_only:
             return self.optional_map(node)
-        self.uses_cost = True
         rng, _ = self.expr(node.range)
         two = node.var2 is not None
         v1 = self.tmp("_v")
@@ -156,14 +157,18 @@ class FlowGenerator:
             scope.names[node.var2] = v2
         loop_vars = f"{v1}, {v2}" if two else v1
         if self.inline_only:
+            self.uses_cost = True
             return self.inline_comprehension(node, rng, scope, loop_vars)
         it = self.tmp("_it")
         if two:
             self.emit(f"{it} = _range({rng}, True)")
         else:
             self.emit(f"{it} = {it} if type({it} := {rng}) is list else _range({it}, False)")
-        self.emit(f"_c[0] -= len({it})")
-        self.emit(f"if _c[0] < 0: _cost_exceeded({node.kind!r})")
+        if self.accounting:
+            self.uses_cost = True
+            per = self.per_item.get(id(node), 1)
+            self.emit(f"_c[0] -= len({it})" + (f" * {per}" if per != 1 else ""))
+            self.emit(f"if _c[0] < 0: _cost_exceeded({node.kind!r})")
         self.scopes.append(scope)
         try:
             return getattr(self, "loop_" + node.kind)(node, it, loop_vars)  # type: ignore[no-any-return]

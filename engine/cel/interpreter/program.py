@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from engine.cel.checker import kubecost
 from engine.cel.parser import ast
 from engine.cel.interpreter.codegen import TYPE_IDENTS, CodeGenerator, python_name
 from engine.cel.errors import EvalError
@@ -63,8 +64,11 @@ class Program:
         self._variants: dict[tuple[frozenset[str], frozenset[int]], Callable[..., Any]] = {}
         self._preludes: dict[frozenset[str], tuple[list[ast.Node], Callable[..., list[Any]]]] = {}
         self._lock = threading.Lock()
+        # Only an expression that could exceed its limit on objects the API server admits
+        # keeps a run-time budget; any other runs without counting (docs/cel-functions.md).
+        self.accounting = kubecost.request_bound(self.root, namespaces=library.namespaces) > cost_limit
         # Checks everything once, with nothing hoisted, so compile errors surface here.
-        generated = CodeGenerator(text, library=library, variables=list(self.variables), check=check).function(
+        generated = CodeGenerator(text, library=library, variables=list(self.variables), check=check, accounting=self.accounting).function(
             self.root, name="_eval", params=self._params(self.variables), cost_limit=cost_limit
         )
         self.result_type = generated.result_type
@@ -109,7 +113,7 @@ class Program:
         ns = self._namespace()
         lines = [f"def _prelude({', '.join(self._params(self._ordered(bound)))}):", "    _out = []"]
         for i, node in enumerate(candidates):
-            gen = CodeGenerator(self.text, library=self._library, variables=list(self.variables), check=False)
+            gen = CodeGenerator(self.text, library=self._library, variables=list(self.variables), check=False, accounting=self.accounting)
             fn = gen.function(node, name=f"_cand{i}", params=self._params(self._ordered(bound)), cost_limit=self.cost_limit)
             # Each candidate has its own generator, whose constants (_k1, _rx2...) are
             # numbered from 1 again: it gets its own namespace, so no candidate's
@@ -134,7 +138,7 @@ class Program:
         if cached is not None:
             return cached
         hoisted = {id(node): f"_h{i}" for i, node in enumerate(candidates) if i not in failed}
-        gen = CodeGenerator(self.text, library=self._library, variables=list(self.variables), check=False, hoisted=hoisted)
+        gen = CodeGenerator(self.text, library=self._library, variables=list(self.variables), check=False, hoisted=hoisted, accounting=self.accounting)
         remaining = [n for n in self.variables if n not in bound]
         fn = gen.function(self.root, name="_eval", params=self._params(remaining), cost_limit=self.cost_limit)
         outer = [python_name(n, self.variables.index(n)) for n in self._ordered(bound)]

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -352,12 +356,72 @@ def repo_label(repo: str, root: Path) -> str:
     return {"apiserver": "k8s.io/apiserver", "cel-go": "github.com/google/cel-go"}[repo] + "@" + root.name.split("@")[-1]
 
 
+# Kubernetes' cost tests (cost_test.go) build most of their cases in loops and closures, so
+# rather than read the Go, --costs runs them: in a scratch copy of the module, the test's
+# own helper testCost first records (test name, expression, expected estimate, expected
+# run-time cost) and then checks as before. Only those records are kept.
+COST_TESTS = "Cost|TestStringLibrary|TestAuthzLibrary"
+_RECORDER = """package library
+
+import (
+	"encoding/json"
+	"os"
+)
+
+func recordCost(name, expr string, lo, hi, rt uint64) {
+	f, err := os.OpenFile(os.Getenv("KPE_COST_RECORD"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	b, _ := json.Marshal(map[string]any{"test": name, "expr": expr, "min": lo, "max": hi, "runtime": rt})
+	f.Write(append(b, 10))
+}
+"""
+_HELPER = "func testCost(t *testing.T, expr string, expectEsimatedCost checker.CostEstimate, expectRuntimeCost uint64) {"
+
+
+def extract_costs(apiserver: Path) -> dict[str, Any]:
+    """The cases of apiserver's pkg/cel/library cost tests, by running them (needs Go and
+    the module's dependencies in the Go module cache)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        module = Path(tmp) / "apiserver"
+        shutil.copytree(apiserver, module)
+        library = module / "pkg/cel/library"
+        for test in library.glob("*_test.go"):
+            os.chmod(test, 0o644)
+            if test.name != "cost_test.go":
+                test.unlink()  # only the cost tests run; the others need more modules
+        source = (library / "cost_test.go").read_text()
+        if _HELPER not in source:
+            raise SystemExit("cost_test.go's testCost has changed; update extract.py")
+        wrapped = _HELPER + "\n\trecordCost(t.Name(), expr, expectEsimatedCost.Min, expectEsimatedCost.Max, expectRuntimeCost)\n\ttestCostAsIs(t, expr, expectEsimatedCost, expectRuntimeCost)\n}\n\n"
+        (library / "cost_test.go").write_text(source.replace(_HELPER, wrapped + _HELPER.replace("testCost(", "testCostAsIs(")))
+        (library / "zz_record_test.go").write_text(_RECORDER)
+        record = Path(tmp) / "record.jsonl"
+        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off", "KPE_COST_RECORD": str(record)}
+        subprocess.run(["go", "test", "-count=1", "-run", COST_TESTS, "./pkg/cel/library/"], cwd=module, env=env, check=True)
+        rows = [json.loads(line) for line in record.read_text().splitlines()]
+    cases = [
+        {"id": row["test"], "expr": row["expr"], "estimate": [row["min"], row["max"]], "runtime": row["runtime"]}
+        for row in rows
+    ]
+    version = apiserver.name.split("@")[-1]
+    return {"library": "cost", "sources": [f"k8s.io/apiserver@{version}/pkg/cel/library/cost_test.go"], "cases": cases, "skipped": []}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--apiserver", type=Path, default=Path("/root/go/pkg/mod/k8s.io/apiserver@v0.37.2"))
     parser.add_argument("--cel-go", type=Path, default=Path("/root/go/pkg/mod/github.com/google/cel-go@v0.29.2"))
     parser.add_argument("--out", type=Path, default=HERE)
+    parser.add_argument("--costs", action="store_true", help="extract only cost.json, by running the cost tests (needs Go)")
     args = parser.parse_args(argv)
+    if args.costs:
+        doc = extract_costs(args.apiserver)
+        (args.out / "cost.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+        print(f"cost            {len(doc['cases']):4} cases", file=sys.stderr)
+        return 0
     docs = extract({"apiserver": args.apiserver, "cel-go": args.cel_go})
     for library, doc in docs.items():
         (args.out / f"{library}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
