@@ -1,13 +1,26 @@
 """The score decision: 0..10 per node (kube-scheduler's MaxExtenderPriority).
 
-Each Enforce score rule of every matching policy gives a number, clamped to
-0..100; the node's score is the weighted mean of those, divided by 10 and
-rounded half up. An evaluation error counts 0 with failurePolicy Fail and
-leaves the rule out of the mean with Ignore. Audit rules are evaluated and
-explained but never counted. With no score rule, every node scores 0.
+Scores combine as kube-scheduler combines its score plugins: each policy is
+normalised over the nodes of the request, then the policies are summed with
+weights (docs/guides/scores.md):
 
-This module scores every node it is given; remembering scores for pods of the
-same equivalence class is a layer around it (``engine.equivalence.scoring``).
+1. Per node, each matching Enforce policy's score rules give numbers clamped to
+   0..100; the policy's *raw* score on the node is their weighted mean (rule
+   ``weight``). An evaluation error counts 0 with failurePolicy Fail and leaves
+   the rule out of the policy's mean with Ignore (a policy with every rule left
+   out has no raw score on that node).
+2. Per policy, over the request's nodes: min-max to 0..1. A policy that scores
+   every node alike (or one node) says nothing about the ranking and is left out.
+3. Per node: the mean of the policies' normalised scores weighted by each
+   policy's weight (the sum of its score rules' weights), over the policies
+   with a raw score on the node.
+4. Over the request's nodes: min-max of that mean to 0..10, rounded half up.
+   With nothing to tell the nodes apart, every node scores 0.
+
+Audit rules are evaluated and explained but never counted. The raw scores of a
+node depend on the node alone, so they can be remembered per node
+(``engine.equivalence.scoring``); steps 2-4 are done per request
+(``normalise``).
 """
 
 from __future__ import annotations
@@ -15,7 +28,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 from engine import cel
@@ -25,7 +37,6 @@ from engine.decisions.evaluation import MatchMemo, Outcome, PolicyScope, matchin
 from engine.decisions.filtering import NO_NODE_INFO, RuleEvent
 from engine.policy.model import PolicySet, ScoreRule
 
-_SCORE = attrgetter("score")
 MAX_EXTENDER_PRIORITY = 10
 RULE_MAX = 100
 
@@ -50,7 +61,12 @@ class NodeScore:
     contributions: list[Contribution] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
     errors: tuple[RuleEvent, ...] = ()
-    encoded: bytes = b""  # the node's entry of the answer, encoded once by score_nodes' ``encode``
+    # The raw score of each scoring policy of the request (``ScoreRequest.weights``' order) on
+    # the node, None where it has none; () when the node was not evaluated (overdue).
+    raw: tuple[float | None, ...] = ()
+    # The node's entries of an answer, by final score, encoded by score_nodes' ``encode``
+    # (the final score depends on the request's other nodes; there are 11 of them at most).
+    entries: dict[int, bytes] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "score": self.score, "contributions": [c.to_dict() for c in self.contributions], "rules": [o.to_dict() for o in self.outcomes]}
@@ -79,17 +95,17 @@ class ScoreResult:
         """Node name -> the node's score (0..10)."""
         if self._scores is None:
             pending, self._pending = self._pending, None
-            self._scores = dict(zip(pending[0], map(_SCORE, pending[1]))) if pending is not None else {}
+            self._scores = dict(zip(pending[0], pending[1])) if pending is not None else {}
         return self._scores
 
     @scores.setter
     def scores(self, value: dict[str, int]) -> None:
         self._scores, self._pending = value, None
 
-    def defer(self, names: list[str], results: Sequence[NodeScore]) -> None:
-        """The scores are those of ``results``, in ``names``' order: another window of names
-        comes with nearly every pod, so the dict is built only if someone reads ``scores``."""
-        self._scores, self._pending = None, (names, list(results) if not isinstance(results, list) else results)
+    def defer(self, names: list[str], scores: list[int]) -> None:
+        """The scores are ``scores``, in ``names``' order: another window of names comes with
+        nearly every pod, so the dict is built only if someone reads ``scores``."""
+        self._scores, self._pending = None, (names, scores)
 
 
 def to_rule_score(value: Any) -> float:
@@ -103,13 +119,69 @@ def to_rule_score(value: Any) -> float:
     return min(max(number, 0.0), float(RULE_MAX))
 
 
-def combine(weighted: list[tuple[int, float]]) -> int:
-    """Weighted mean of 0..100 rule scores, mapped to 0..10, rounded half up."""
+# Added before rounding half up, so that a half computed in floating point as 4.4999999 rounds up.
+_ROUNDING = 1e-9
+
+
+def policy_raw(weighted: list[tuple[int, float]]) -> float | None:
+    """A policy's raw score on a node: the weighted mean of its 0..100 rule scores; None
+    when every rule was left out (or weighs 0)."""
     total = sum(w for w, _ in weighted)
     if total == 0:
-        return 0
-    mean = sum(w * v for w, v in weighted) / total
-    return min(MAX_EXTENDER_PRIORITY, int(mean * MAX_EXTENDER_PRIORITY / RULE_MAX + 0.5))
+        return None
+    return sum(w * v for w, v in weighted) / total
+
+
+def _spread(column: list[float | None]) -> tuple[float, float] | None:
+    """(lowest, highest) of a column's numbers; None when they do not tell nodes apart."""
+    numbers = [v for v in column if v is not None]
+    if not numbers:
+        return None
+    low, high = min(numbers), max(numbers)
+    return (low, high) if high > low else None
+
+
+def _stretch(column: list[float | None], spread: tuple[float, float] | None) -> list[int]:
+    """Min-max of ``column`` to 0..10, rounded half up; None (and everything, without a spread) is 0."""
+    if spread is None:
+        return [0] * len(column)
+    low, high = spread
+    k = MAX_EXTENDER_PRIORITY / (high - low)
+    offset = 0.5 + _ROUNDING - low * k
+    return [0 if v is None else min(MAX_EXTENDER_PRIORITY, int(v * k + offset)) for v in column]
+
+
+def normalise(raws: Sequence[tuple[float | None, ...]], weights: Sequence[int]) -> list[int]:
+    """The nodes' scores (0..10) from their policies' raw scores (``NodeScore.raw``, in the
+    nodes' order) and the policies' weights: min-max per policy over the nodes, the weighted
+    mean per node, min-max of that to 0..10 (see the module's docstring)."""
+    if not weights or not raws:
+        return [0] * len(raws)
+    if len(weights) == 1:  # the common case: one scoring policy, min-max of its raw scores
+        column = [r[0] if r else None for r in raws]
+        return _stretch(column, _spread(column))
+    # (weight, spread, column) of the policies that tell the nodes apart; the others are left out
+    active: list[tuple[int, tuple[float, float], list[float | None]]] = []
+    for g, weight in enumerate(weights):
+        column = [r[g] if r else None for r in raws]
+        spread = _spread(column)
+        if spread is not None and weight > 0:
+            active.append((weight, spread, column))
+    if not active:
+        return [0] * len(raws)
+    if len(active) == 1:
+        return _stretch(active[0][2], active[0][1])
+    means: list[float | None] = []
+    for i in range(len(raws)):
+        total = 0
+        summed = 0.0
+        for weight, (low, high), column in active:
+            v = column[i]
+            if v is not None:
+                total += weight
+                summed += weight * (v - low) / (high - low)
+        means.append(summed / total if total else None)
+    return _stretch(means, _spread(means))
 
 
 Rules = list[tuple[PolicyScope, ScoreRule]]
@@ -118,45 +190,75 @@ Rules = list[tuple[PolicyScope, ScoreRule]]
 @dataclass
 class ScoreRequest:
     """One prioritize request once its policies are matched: the score rules and how often
-    each ran (``counts``), with the result being filled in."""
+    each ran (``counts``), with the result being filled in. ``groups`` gives each rule's
+    scoring policy (an index into ``weights``, the policies' weights), -1 for a rule that
+    is not counted (Audit)."""
 
     result: ScoreResult
     scopes: list[PolicyScope]
     rules: Rules
     counts: list[int]
+    groups: list[int] = field(default_factory=list)
+    weights: list[int] = field(default_factory=list)
+    # The raw scores of a node left unevaluated (past the deadline): its rules count as
+    # failed, 0 with failurePolicy Fail, left out with Ignore.
+    unevaluated: tuple[float | None, ...] = ()
 
     @classmethod
     def of(cls, policy_set: PolicySet, pod: Mapping[str, Any], *, now: Any = None, explain: bool = False, match_memo: MatchMemo | None = None) -> ScoreRequest:
         result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
         scopes = matching_scopes(policy_set, pod, request_inputs(pod, now), memo=match_memo)
         result.matched = [s.policy.name for s in scopes]
-        rules = [(scope, rule) for scope in scopes for rule in scope.policy.scores]
-        return cls(result, scopes, rules, [0] * len(rules))
+        rules: Rules = []
+        groups: list[int] = []
+        weights: list[int] = []
+        unevaluated: list[float | None] = []
+        for scope in scopes:
+            scores = scope.policy.scores
+            if not scores:
+                continue
+            weight = sum(rule.weight for rule in scores) if scope.policy.enforce else 0
+            group = len(weights) if weight > 0 else -1
+            if group >= 0:
+                weights.append(weight)
+                unevaluated.append(0.0 if scope.policy.fail_closed else None)
+            rules += [(scope, rule) for rule in scores]
+            groups += [group] * len(scores)
+        return cls(result, scopes, rules, [0] * len(rules), groups, weights, tuple(unevaluated))
 
     def bind(self) -> list[Planned]:
         """The rules bound to the request's pod."""
         return [(scope, rule, *scope.caller(rule.expression)) for scope, rule in self.rules]
 
     def evaluate(self, nodes: Sequence[Mapping[str, Any]], node_info: Mapping[str, Any] | None, deadline: Deadline | None) -> ScoreResult:
-        """Score every node; past ``deadline`` a node scores 0 unevaluated."""
+        """Score every node; past ``deadline`` a node is left unevaluated, its rules counted as failed."""
         result = self.result
         plan: list[Planned] | None = None  # bound to the pod when the first node is scored
+        names: list[str] = []
+        outcomes: list[NodeScore | None] = []
         for node in nodes:
             name = node_name(node)
+            names.append(name)
             try:
                 if deadline is not None:
                     deadline.check()
                 if plan is None:
                     plan = self.bind()
-                outcome = score_node(plan, self.counts, node, node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO, name, explain=result.explanation is not None)
+                info = node_info.get(name, NO_NODE_INFO) if node_info is not None else NO_NODE_INFO
+                outcome = score_node(plan, self.counts, node, info, name, explain=result.explanation is not None, groups=self.groups, policies=len(self.weights))
             except Overdue:
-                result.scores[name] = 0
+                outcomes.append(None)
                 result.overdue += 1
                 continue
-            result.scores[name] = outcome.score
+            outcomes.append(outcome)
             result.errors += outcome.errors
-            if result.explanation is not None:
-                result.explanation.append(outcome)
+        scores = normalise([o.raw if o is not None else self.unevaluated for o in outcomes], self.weights)
+        result.scores = dict(zip(names, scores))
+        if result.explanation is not None:
+            for evaluated, score in zip(outcomes, scores):
+                if evaluated is not None:
+                    evaluated.score = score
+                    result.explanation.append(evaluated)
         return self.finish()
 
     def finish(self) -> ScoreResult:
@@ -187,9 +289,11 @@ def score_nodes(
 Planned = tuple[PolicyScope, ScoreRule, int, Any, BaseException | None]
 
 
-def score_node(plan: list[Planned], counts: list[int], node: Any, info: Any, name: str, *, explain: bool) -> NodeScore:
+def score_node(plan: list[Planned], counts: list[int], node: Any, info: Any, name: str, *, explain: bool, groups: list[int], policies: int) -> NodeScore:
+    """Evaluate the rules on one node: its raw score per scoring policy (``NodeScore.raw``;
+    ``score`` is left 0, the request's ``normalise`` gives it)."""
     cache: dict[str, Any] = {}
-    weighted: list[tuple[int, float]] = []
+    weighted: list[list[tuple[int, float]]] = [[] for _ in range(policies)]
     errors: list[RuleEvent] = []
     contributions: list[Contribution] = []
     outcomes: list[Outcome] = []
@@ -225,9 +329,10 @@ def score_node(plan: list[Planned], counts: list[int], node: Any, info: Any, nam
             errors.append(RuleEvent(scope.policy.name, rule.name, name, error))
             value = 0.0 if scope.policy.fail_closed else None
         audit = not scope.policy.enforce
-        if value is not None and not audit:
-            weighted.append((rule.weight, value))
+        group = groups[i]
+        if value is not None and group >= 0:
+            weighted[group].append((rule.weight, value))
         if explain:
             contributions.append(Contribution(scope.policy.name, rule.name, rule.weight, value, error, audit))
             outcomes[-1].effect = "audit: not counted" if audit else ("left out (error, failurePolicy Ignore)" if value is None else f"scored {value:g} x{rule.weight}")
-    return NodeScore(name, combine(weighted), contributions, outcomes, tuple(errors))
+    return NodeScore(name, 0, contributions, outcomes, tuple(errors), raw=tuple(map(policy_raw, weighted)))

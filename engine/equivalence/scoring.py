@@ -1,7 +1,10 @@
-"""The score decision with the equivalence cache around it: a node's score is reused
-for pods of the same equivalence class while the node and its ``nodeInfo`` are the same
-objects (``engine.equivalence.classes``); the decision itself
-(``engine.decisions.scoring``) knows nothing of it.
+"""The score decision with the equivalence cache around it: a node's raw scores (one per
+scoring policy, ``NodeScore.raw``) are reused for pods of the same equivalence class while
+the node and its ``nodeInfo`` are the same objects (``engine.equivalence.classes``); the
+decision itself (``engine.decisions.scoring``) knows nothing of it. The nodes' scores
+depend on every node of the request (each policy is normalised over them), so they are
+worked out per request from the remembered raw scores (``normalise``), or taken from the
+previous request of the class when it had the very same nodes, unchanged.
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ from typing import Any
 from engine.cluster.nodeinfo import NodesByName, node_names
 from engine.decisions.deadline import Deadline, Overdue
 from engine.decisions.filtering import NO_NODE_INFO
-from engine.decisions.scoring import NodeScore, ScoreRequest, ScoreResult, score_node
+from engine.decisions.scoring import NodeScore, ScoreRequest, ScoreResult, normalise, score_node
 from engine.equivalence.classes import EquivalenceCache, Offload, TrackedNodeInfo
 from engine.policy.model import PolicySet
 
-_ERRORS, _ENCODED = attrgetter("errors"), attrgetter("encoded")
+_ERRORS, _RAW = attrgetter("errors"), attrgetter("raw")
 
 
 def score_nodes(
@@ -42,8 +45,8 @@ def score_nodes(
     its class's measured cost per node, raises ``Offload`` before evaluating any node; so
     does any evaluation at all for a class not measured yet or a request without a class.
     With ``encode`` (and the cache), each node's
-    ``encode(name, score)`` is kept with its score and ``encoded`` lists them in
-    order: an answer assembled without per-node work on a hit. ``nodes`` given by
+    ``encode(name, score)`` is kept with its raw scores (per final score) and ``encoded``
+    lists them in order: an answer assembled without encoding on a hit. ``nodes`` given by
     name: as for ``filter_nodes`` (unknown names are left out and listed in ``unknown``)."""
     request = ScoreRequest.of(policy_set, pod, now=now, explain=explain, match_memo=memo.match if memo is not None else None)
     result, rules, counts = request.result, request.rules, request.counts
@@ -65,11 +68,7 @@ def score_nodes(
         # The rules bound to the class's first pod serve the whole class.
         if memo_table.bound is None:
             memo_table.bound = request.bind()
-        outcome = score_node(memo_table.bound, counts, node, info, name, explain=False)
-        if encode is not None:
-            outcome.encoded = encode(name, outcome.score)
-        else:
-            memo_table.unencoded = True
+        outcome = score_node(memo_table.bound, counts, node, info, name, explain=False, groups=request.groups, policies=len(request.weights))
         if outcome.errors:
             memo_table.eventful = True
         return outcome
@@ -85,18 +84,32 @@ def score_nodes(
         return result
     result.memo_hits, result.memo_misses = found.hits, len(found.names) - found.hits
     previous = found.previous
+    derived: tuple[list[int], list[int], list[bytes] | None] | None = None
     if found.changed == [] and previous is not None and previous.derived is not None:
-        eventful = previous.derived  # nothing changed: the same answer
+        derived = previous.derived  # nothing changed: the same answer
+        eventful, scores, encoded = derived
     else:
         eventful = list(compress(range(len(found.results)), map(_ERRORS, found.results))) if table.eventful else []
+        scores = normalise(list(map(_RAW, found.results)), request.weights)
+        encoded = None
+    if encode is not None and encoded is None:
+        encoded = [_entry(outcome, name, score, encode) for outcome, name, score in zip(found.results, found.names, scores)]
     assert table.snapshot is not None
-    table.snapshot.derived = eventful
+    table.snapshot.derived = (eventful, scores, encoded)
     # Another window of names comes with nearly every pod: the scores by name are built
-    # only if asked for (in C then: zip, map), the answer is joined from the entries.
-    result.defer(found.names, found.results)
+    # only if asked for, the answer is joined from the entries.
+    result.defer(found.names, scores)
     if encode is not None:
-        # Not when some result was remembered without its entry (a caller without ``encode``).
-        result.encoded = None if table.unencoded else list(map(_ENCODED, found.results))
+        result.encoded = encoded
     for i in eventful:
         result.errors += found.results[i].errors
     return request.finish()
+
+
+def _entry(outcome: NodeScore, name: str, score: int, encode: Callable[[str, int], bytes]) -> bytes:
+    """The node's entry of an answer with ``score``, encoded once per node and score."""
+    entries = outcome.entries
+    entry = entries.get(score)
+    if entry is None:
+        entry = entries[score] = encode(name, score)
+    return entry
