@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from engine.cluster.nodeinfo import node_info_map
-from engine.decisions.scoring import score_nodes
+from engine.decisions.scoring import normalise, score_nodes
 from engine.equivalence.classes import EquivalenceCache
 from engine.equivalence.scoring import score_nodes as remembered_score_nodes
 from engine.policy.loader import load_text
@@ -95,3 +95,66 @@ def test_the_scores_are_normalised_over_the_nodes_of_each_request_even_when_reme
         remembered = remembered_score_nodes(policies, POD, window, memo=memo)
         assert remembered.scores == score_nodes(policies, POD, window).scores
     assert remembered.memo_hits > 0
+
+
+def _per_node_loop(raws: list[tuple[float | None, ...]], weights: list[int]) -> list[int]:
+    """The rule of the module's docstring written as a loop per node and policy, the arithmetic
+    in the same order: what ``normalise``'s passes over whole columns must give bit for bit."""
+
+    def spread(column: list[float | None]) -> tuple[float, float] | None:
+        numbers = [v for v in column if v is not None]
+        return (min(numbers), max(numbers)) if numbers and max(numbers) > min(numbers) else None
+
+    def stretch(column: list[float | None]) -> list[int]:
+        found = spread(column)
+        if found is None:
+            return [0] * len(column)
+        low, high = found
+        k = 10 / (high - low)
+        offset = 0.5 + 1e-9 - low * k
+        return [0 if v is None else min(10, int(v * k + offset)) for v in column]
+
+    columns = [[r[g] for r in raws] for g in range(len(weights))]
+    active = [(w, spread(c), c) for w, c in zip(weights, columns) if w > 0 and spread(c) is not None]
+    if len(active) == 1:
+        return stretch(active[0][2])
+    means: list[float | None] = []
+    for i in range(len(raws)):
+        total, summed = 0, 0.0
+        for w, found, column in active:
+            v = column[i]
+            assert found is not None
+            if v is not None:
+                total += w
+                summed += w * (v - found[0]) / (found[1] - found[0])
+        means.append(summed / total if total else None)
+    return stretch(means)
+
+
+def test_normalising_whole_columns_gives_bit_for_bit_what_a_loop_per_node_gives() -> None:
+    rng = random.Random(2028)
+    values = [0.0, 100.0, 40.0, 12.5, 1 / 3, 2 / 3, 99.99999999, 50.0, 50.000000001]
+    for _ in range(3000):
+        policies = rng.randint(1, 5)
+        weights = [rng.choice([1, 2, 3, 7]) for _ in range(policies)]
+        holes = rng.random() < 0.3
+
+        def raw() -> float | None:
+            if holes and rng.random() < 0.2:
+                return None
+            return rng.choice(values) if rng.random() < 0.5 else rng.uniform(0, 100)
+
+        raws = [tuple(raw() for _ in range(policies)) for _ in range(rng.randint(1, 40))]
+        assert normalise(raws, weights) == _per_node_loop(raws, weights), (raws, weights)
+
+
+def test_a_remembered_node_answers_with_the_entry_of_its_score_in_each_request() -> None:
+    rng = random.Random(7)
+    nodes = _nodes(rng, 12)
+    policies = load_text(_policy("a", "a", 2) + "---\n" + _policy("b", "b", 1))
+    memo = EquivalenceCache()
+    for _ in range(30):
+        window = rng.sample(nodes, rng.randint(2, 12))
+        remembered = remembered_score_nodes(policies, POD, window, memo=memo, encode=lambda name, score: f"{name}={score}".encode())
+        expected = score_nodes(policies, POD, window).scores
+        assert remembered.encoded == [f"{n['metadata']['name']}={expected[n['metadata']['name']]}".encode() for n in window]

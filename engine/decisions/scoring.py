@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from engine import cel
 from engine.cluster.nodeinfo import NodesByName, node_name
@@ -64,9 +64,10 @@ class NodeScore:
     # The raw score of each scoring policy of the request (``ScoreRequest.weights``' order) on
     # the node, None where it has none; () when the node was not evaluated (overdue).
     raw: tuple[float | None, ...] = ()
-    # The node's entries of an answer, by final score, encoded by score_nodes' ``encode``
-    # (the final score depends on the request's other nodes; there are 11 of them at most).
-    entries: dict[int, bytes] = field(default_factory=dict)
+    # The node's entries of an answer, indexed by final score (0..10), as score_nodes'
+    # ``encode`` gave them (None until the node has had that score; the final score depends on
+    # the request's other nodes). Kept by the equivalence cache only.
+    entries: list[bytes | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "score": self.score, "contributions": [c.to_dict() for c in self.contributions], "rules": [o.to_dict() for o in self.outcomes]}
@@ -132,56 +133,102 @@ def policy_raw(weighted: list[tuple[int, float]]) -> float | None:
     return sum(w * v for w, v in weighted) / total
 
 
-def _spread(column: list[float | None]) -> tuple[float, float] | None:
-    """(lowest, highest) of a column's numbers; None when they do not tell nodes apart."""
-    numbers = [v for v in column if v is not None]
-    if not numbers:
-        return None
-    low, high = min(numbers), max(numbers)
-    return (low, high) if high > low else None
+# (lowest, highest, whether some node has no number) of a policy's column over the request's nodes
+Spread = tuple[float, float, bool]
 
 
-def _stretch(column: list[float | None], spread: tuple[float, float] | None) -> list[int]:
+def _spread(column: Sequence[float | None]) -> Spread | None:
+    """The column's spread; None when its numbers do not tell nodes apart."""
+    numbers = cast(Sequence[float], column)
+    try:
+        # In C. A None among numbers cannot be ordered (nor one alone with itself).
+        low, high = min(numbers), max(numbers)
+        return (low, high, False) if high > low else None
+    except TypeError:
+        present = [v for v in column if v is not None]
+        if not present:
+            return None
+        low, high = min(present), max(present)
+        return (low, high, True) if high > low else None
+
+
+def _stretch(column: Sequence[float | None], spread: Spread | None) -> list[int]:
     """Min-max of ``column`` to 0..10, rounded half up; None (and everything, without a spread) is 0."""
     if spread is None:
         return [0] * len(column)
-    low, high = spread
+    low, high, holes = spread
     k = MAX_EXTENDER_PRIORITY / (high - low)
     offset = 0.5 + _ROUNDING - low * k
-    return [0 if v is None else min(MAX_EXTENDER_PRIORITY, int(v * k + offset)) for v in column]
+    if holes:
+        return [0 if v is None else min(MAX_EXTENDER_PRIORITY, int(v * k + offset)) for v in column]
+    scores = [int(v * k + offset) for v in cast(Sequence[float], column)]  # no holes: no None
+    # Past 10 only by rounding on a spread of a few ulps: clamped then, not tested per node.
+    return scores if max(scores) <= MAX_EXTENDER_PRIORITY else [min(MAX_EXTENDER_PRIORITY, s) for s in scores]
 
 
 def normalise(raws: Sequence[tuple[float | None, ...]], weights: Sequence[int]) -> list[int]:
     """The nodes' scores (0..10) from their policies' raw scores (``NodeScore.raw``, in the
-    nodes' order) and the policies' weights: min-max per policy over the nodes, the weighted
-    mean per node, min-max of that to 0..10 (see the module's docstring)."""
-    if not weights or not raws:
-        return [0] * len(raws)
-    if len(weights) == 1:  # the common case: one scoring policy, min-max of its raw scores
-        column = [r[0] if r else None for r in raws]
-        return _stretch(column, _spread(column))
+    nodes' order, one per weight) and the policies' weights: min-max per policy over the
+    nodes, the weighted mean per node, min-max of that to 0..10 (see the module's docstring).
+
+    On the hot path (a prioritize on every pod): the columns are cut and measured in C, a
+    policy that does not tell the nodes apart costs nothing more, a single one that does is
+    stretched directly, and the means are a comprehension, not a loop per node and policy.
+    The arithmetic is the rule's, operation by operation, so the result is bit for bit that
+    of a per-node loop (tests/test_scores_combine.py checks it against one)."""
+    count = len(raws)
+    if not weights or not count:
+        return [0] * count
     # (weight, spread, column) of the policies that tell the nodes apart; the others are left out
-    active: list[tuple[int, tuple[float, float], list[float | None]]] = []
-    for g, weight in enumerate(weights):
-        column = [r[g] if r else None for r in raws]
-        spread = _spread(column)
-        if spread is not None and weight > 0:
+    active: list[tuple[int, Spread, Sequence[float | None]]] = []
+    for weight, column in zip(weights, zip(*raws)):
+        spread = _spread(column) if weight > 0 else None
+        if spread is not None:
             active.append((weight, spread, column))
     if not active:
-        return [0] * len(raws)
+        return [0] * count
     if len(active) == 1:
         return _stretch(active[0][2], active[0][1])
+    means = _means_with_holes(active, count) if any(spread[2] for _, spread, _ in active) else _means(active)
+    return _stretch(means, _spread(means))
+
+
+def _means(active: list[tuple[int, Spread, Sequence[float | None]]]) -> list[float | None]:
+    """Per node, the weighted mean of the policies' normalised scores, every node having a number
+    in every column: each policy's share ``w * (v - low) / (high - low)`` added in the policies'
+    order (0.0 plus the first is the first exactly), over the sum of the weights, as a loop per
+    node computes it; one pass for two or three policies (what a pod usually meets), a pass per
+    policy for more."""
+    total = sum(weight for weight, _, _ in active)
+    (w0, (l0, h0, _), c0), (w1, (l1, h1, _), c1), *more = active
+    s0, s1 = h0 - l0, h1 - l1
+    x0, x1 = cast(Sequence[float], c0), cast(Sequence[float], c1)
+    if not more:
+        return [(w0 * (a - l0) / s0 + w1 * (b - l1) / s1) / total for a, b in zip(x0, x1)]
+    (w2, (l2, h2, _), c2), *more = more
+    s2, x2 = h2 - l2, cast(Sequence[float], c2)
+    if not more:
+        return [(w0 * (a - l0) / s0 + w1 * (b - l1) / s1 + w2 * (c - l2) / s2) / total for a, b, c in zip(x0, x1, x2)]
+    summed = [w0 * (a - l0) / s0 + w1 * (b - l1) / s1 + w2 * (c - l2) / s2 for a, b, c in zip(x0, x1, x2)]
+    for w, (low, high, _), column in more:
+        span = high - low
+        summed = [t + w * (v - low) / span for t, v in zip(summed, cast(Sequence[float], column))]
+    return [t / total for t in summed]
+
+
+def _means_with_holes(active: list[tuple[int, Spread, Sequence[float | None]]], count: int) -> list[float | None]:
+    """Per node, the weighted mean over the policies with a number on it (None: none has)."""
     means: list[float | None] = []
-    for i in range(len(raws)):
+    for i in range(count):
         total = 0
         summed = 0.0
-        for weight, (low, high), column in active:
+        for weight, (low, high, _), column in active:
             v = column[i]
             if v is not None:
                 total += weight
                 summed += weight * (v - low) / (high - low)
         means.append(summed / total if total else None)
-    return _stretch(means, _spread(means))
+    return means
 
 
 Rules = list[tuple[PolicyScope, ScoreRule]]

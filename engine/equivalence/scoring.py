@@ -10,18 +10,18 @@ previous request of the class when it had the very same nodes, unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from itertools import compress
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, getitem, is_
 from typing import Any
 
 from engine.cluster.nodeinfo import NodesByName, node_names
 from engine.decisions.deadline import Deadline, Overdue
 from engine.decisions.filtering import NO_NODE_INFO
-from engine.decisions.scoring import NodeScore, ScoreRequest, ScoreResult, normalise, score_node
+from engine.decisions.scoring import MAX_EXTENDER_PRIORITY, NodeScore, ScoreRequest, ScoreResult, normalise, score_node
 from engine.equivalence.classes import EquivalenceCache, Offload, TrackedNodeInfo
 from engine.policy.model import PolicySet
 
-_ERRORS, _RAW = attrgetter("errors"), attrgetter("raw")
+_ERRORS, _RAW, _ENTRIES = attrgetter("errors"), attrgetter("raw"), attrgetter("entries")
 
 
 def score_nodes(
@@ -69,6 +69,7 @@ def score_nodes(
         if memo_table.bound is None:
             memo_table.bound = request.bind()
         outcome = score_node(memo_table.bound, counts, node, info, name, explain=False, groups=request.groups, policies=len(request.weights))
+        outcome.entries = [None] * (MAX_EXTENDER_PRIORITY + 1)  # encoded when first answered with each score
         if outcome.errors:
             memo_table.eventful = True
         return outcome
@@ -93,7 +94,7 @@ def score_nodes(
         scores = normalise(list(map(_RAW, found.results)), request.weights)
         encoded = None
     if encode is not None and encoded is None:
-        encoded = [_entry(outcome, name, score, encode) for outcome, name, score in zip(found.results, found.names, scores)]
+        encoded = _entries(found.results, found.names, scores, encode)
     assert table.snapshot is not None
     table.snapshot.derived = (eventful, scores, encoded)
     # Another window of names comes with nearly every pod: the scores by name are built
@@ -106,10 +107,11 @@ def score_nodes(
     return request.finish()
 
 
-def _entry(outcome: NodeScore, name: str, score: int, encode: Callable[[str, int], bytes]) -> bytes:
-    """The node's entry of an answer with ``score``, encoded once per node and score."""
-    entries = outcome.entries
-    entry = entries.get(score)
-    if entry is None:
-        entry = entries[score] = encode(name, score)
-    return entry
+def _entries(results: list[NodeScore], names: list[str], scores: list[int], encode: Callable[[str, int], bytes]) -> list[bytes]:
+    """Each node's entry of the answer with its score: taken in C from the entries remembered
+    with the node, ``encode``d (and remembered) only where a node has not had that score yet."""
+    found: list[bytes | None] = list(map(getitem, map(_ENTRIES, results), scores))
+    if None in found:
+        for i in compress(range(len(found)), map(is_, found, repeat(None))):
+            found[i] = results[i].entries[scores[i]] = encode(names[i], scores[i])  # type: ignore[index]
+    return found  # type: ignore[return-value]  # no None left
