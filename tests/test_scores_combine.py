@@ -4,10 +4,12 @@ cases/scores.yaml; properties below, with and without the equivalence cache."""
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import yaml
 
@@ -16,6 +18,7 @@ from engine.decisions.scoring import normalise, score_nodes
 from engine.equivalence.classes import EquivalenceCache
 from engine.equivalence.scoring import score_nodes as remembered_score_nodes
 from engine.policy.loader import load_text
+from server.http.wire import host_priority, host_priority_json
 
 CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "cases" / "scores.yaml").read_text())
 
@@ -111,8 +114,7 @@ def _per_node_loop(raws: list[tuple[float | None, ...]], weights: list[int]) -> 
             return [0] * len(column)
         low, high = found
         k = 10 / (high - low)
-        offset = 0.5 + 1e-9 - low * k
-        return [0 if v is None else min(10, int(v * k + offset)) for v in column]
+        return [0 if v is None else min(10, int((v - low) * k + 0.5 + 1e-9)) for v in column]
 
     columns = [[r[g] for r in raws] for g in range(len(weights))]
     active = [(w, spread(c), c) for w, c in zip(weights, columns) if w > 0 and spread(c) is not None]
@@ -120,14 +122,14 @@ def _per_node_loop(raws: list[tuple[float | None, ...]], weights: list[int]) -> 
         return stretch(active[0][2])
     means: list[float | None] = []
     for i in range(len(raws)):
-        total, summed = 0, 0.0
-        for w, found, column in active:
-            v = column[i]
-            assert found is not None
-            if v is not None:
-                total += w
-                summed += w * (v - found[0]) / (found[1] - found[0])
-        means.append(summed / total if total else None)
+        present = [(w, found, column[i]) for w, found, column in active if column[i] is not None]
+        total = sum(w for w, _, _ in present)
+        summed = 0.0
+        for w, found, v in present:
+            assert found is not None and v is not None
+            # each policy's normalised score times its part of the weight of the policies present
+            summed += (v - found[0]) * (w / (found[1] - found[0]) / total)
+        means.append(summed if total else None)
     return stretch(means)
 
 
@@ -155,6 +157,37 @@ def test_a_remembered_node_answers_with_the_entry_of_its_score_in_each_request()
     memo = EquivalenceCache()
     for _ in range(30):
         window = rng.sample(nodes, rng.randint(2, 12))
-        remembered = remembered_score_nodes(policies, POD, window, memo=memo, encode=lambda name, score: f"{name}={score}".encode())
+        remembered = remembered_score_nodes(policies, POD, window, memo=memo, encode=host_priority)
         expected = score_nodes(policies, POD, window).scores
-        assert remembered.encoded == [f"{n['metadata']['name']}={expected[n['metadata']['name']]}".encode() for n in window]
+        assert remembered.encoded is not None
+        answer = [{"Host": n["metadata"]["name"], "Score": expected[n["metadata"]["name"]]} for n in window]
+        assert host_priority_json(remembered.encoded) == orjson.dumps(answer)
+
+
+def test_a_spread_of_a_few_ulps_between_large_numbers_is_stretched_without_losing_precision() -> None:
+    low = 1e8
+    ulp = math.ulp(low)
+    raws: list[tuple[float | None, ...]] = [(low,), (low + 2 * ulp,), (low + 4 * ulp,)]
+    assert normalise(raws, [1]) == [0, 5, 10]
+    assert normalise([(v, v) for (v,) in raws], [1, 1]) == [0, 5, 10]
+
+
+def test_a_class_first_scored_without_an_encoder_still_answers_whole_entries_with_one() -> None:
+    rng = random.Random(11)
+    nodes = _nodes(rng, 8)
+    policies = load_text(_policy("a", "a", 2) + "---\n" + _policy("b", "b", 1))
+    memo = EquivalenceCache()
+    remembered_score_nodes(policies, POD, nodes[:5], memo=memo)  # kpe explain or a test: no answer to encode
+    for window in (nodes, nodes[:5], nodes[3:]):
+        remembered = remembered_score_nodes(policies, POD, window, memo=memo, encode=host_priority)
+        expected = score_nodes(policies, POD, window).scores
+        assert remembered.encoded is not None
+        answer = [{"Host": n["metadata"]["name"], "Score": expected[n["metadata"]["name"]]} for n in window]
+        assert host_priority_json(remembered.encoded) == orjson.dumps(answer)
+
+
+def test_an_answer_s_pieces_make_the_json_kube_scheduler_reads_whatever_the_node_names() -> None:
+    names = ["n1", 'odd"name\\with\u00e9', "x" * 70]
+    for scores in ([], [7], [0, 10, 3]):
+        pieces = [piece for name, score in zip(names, scores) for piece in (host_priority.prefix(name), host_priority.suffixes[score])]
+        assert host_priority_json(pieces) == orjson.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores)])

@@ -64,10 +64,6 @@ class NodeScore:
     # The raw score of each scoring policy of the request (``ScoreRequest.weights``' order) on
     # the node, None where it has none; () when the node was not evaluated (overdue).
     raw: tuple[float | None, ...] = ()
-    # The node's entries of an answer, indexed by final score (0..10), as score_nodes'
-    # ``encode`` gave them (None until the node has had that score; the final score depends on
-    # the request's other nodes). Kept by the equivalence cache only.
-    entries: list[bytes | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "score": self.score, "contributions": [c.to_dict() for c in self.contributions], "rules": [o.to_dict() for o in self.outcomes]}
@@ -85,7 +81,7 @@ class ScoreResult:
     memo_hits: int = 0  # nodes answered from the equivalence cache
     memo_misses: int = 0
     overdue: int = 0  # nodes scored 0 unevaluated: the request's deadline had passed
-    encoded: list[bytes] | None = None  # with ``encode``: each node's encoded entry, in the nodes' order
+    encoded: list[bytes] | None = None  # with ``encode``: the answer's pieces, in the nodes' order, joined with nothing
     unknown: list[str] = field(default_factory=list)  # names of nodes given by name that are not known (left out)
     # Remembered results the scores come from, in the names' order: the dict is built only when
     # someone reads ``scores`` (the server answers from ``encoded`` and needs none).
@@ -153,35 +149,42 @@ def _spread(column: Sequence[float | None]) -> Spread | None:
 
 
 def _stretch(column: Sequence[float | None], spread: Spread | None) -> list[int]:
-    """Min-max of ``column`` to 0..10, rounded half up; None (and everything, without a spread) is 0."""
+    """Min-max of ``column`` to 0..10, rounded half up; None (and everything, without a spread) is 0.
+
+    ``(v - low) * k`` is at most 10 and a few ulps, so the rounded score never passes 10 and
+    needs no clamp; the distance from the lowest is taken first, so a spread of a few ulps
+    between large numbers keeps its precision."""
     if spread is None:
         return [0] * len(column)
     low, high, holes = spread
     k = MAX_EXTENDER_PRIORITY / (high - low)
-    offset = 0.5 + _ROUNDING - low * k
+    half = 0.5 + _ROUNDING
     if holes:
-        return [0 if v is None else min(MAX_EXTENDER_PRIORITY, int(v * k + offset)) for v in column]
-    scores = [int(v * k + offset) for v in cast(Sequence[float], column)]  # no holes: no None
-    # Past 10 only by rounding on a spread of a few ulps: clamped then, not tested per node.
-    return scores if max(scores) <= MAX_EXTENDER_PRIORITY else [min(MAX_EXTENDER_PRIORITY, s) for s in scores]
+        return [0 if v is None else int((v - low) * k + half) for v in column]
+    return [int((v - low) * k + half) for v in cast(Sequence[float], column)]  # no holes: no None
 
 
 def normalise(raws: Sequence[tuple[float | None, ...]], weights: Sequence[int]) -> list[int]:
     """The nodes' scores (0..10) from their policies' raw scores (``NodeScore.raw``, in the
     nodes' order, one per weight) and the policies' weights: min-max per policy over the
-    nodes, the weighted mean per node, min-max of that to 0..10 (see the module's docstring).
+    nodes, the weighted mean per node, min-max of that to 0..10 (see the module's docstring)."""
+    return normalise_columns(list(zip(*raws)) if raws and weights else [], weights, len(raws))
 
-    On the hot path (a prioritize on every pod): the columns are cut and measured in C, a
-    policy that does not tell the nodes apart costs nothing more, a single one that does is
-    stretched directly, and the means are a comprehension, not a loop per node and policy.
-    The arithmetic is the rule's, operation by operation, so the result is bit for bit that
-    of a per-node loop (tests/test_scores_combine.py checks it against one)."""
-    count = len(raws)
+
+def normalise_columns(columns: Sequence[Sequence[float | None]], weights: Sequence[int], count: int) -> list[int]:
+    """``normalise`` with the raw scores given a policy at a time: ``columns[g]`` holds policy
+    ``g``'s raw score on each of the ``count`` nodes.
+
+    On the hot path (a prioritize on every pod): the columns are measured in C, a policy that
+    does not tell the nodes apart costs nothing more, a single one that does is stretched
+    directly, and the means are a comprehension, not a loop per node and policy. The
+    arithmetic is the rule's, operation by operation, so the result is bit for bit that of a
+    per-node loop (tests/test_scores_combine.py checks it against one)."""
     if not weights or not count:
         return [0] * count
     # (weight, spread, column) of the policies that tell the nodes apart; the others are left out
     active: list[tuple[int, Spread, Sequence[float | None]]] = []
-    for weight, column in zip(weights, zip(*raws)):
+    for weight, column in zip(weights, columns):
         spread = _spread(column) if weight > 0 else None
         if spread is not None:
             active.append((weight, spread, column))
@@ -193,41 +196,49 @@ def normalise(raws: Sequence[tuple[float | None, ...]], weights: Sequence[int]) 
     return _stretch(means, _spread(means))
 
 
+def _share(weight: int, spread: Spread, total: int) -> tuple[float, float]:
+    """(low, factor): a policy's share of a node's mean is ``(v - low) * factor``, its normalised
+    score times its part of the total weight. Distances from the lowest are taken first, so a
+    spread of a few ulps between large numbers keeps its precision."""
+    low, high, _ = spread
+    return low, weight / (high - low) / total
+
+
 def _means(active: list[tuple[int, Spread, Sequence[float | None]]]) -> list[float | None]:
     """Per node, the weighted mean of the policies' normalised scores, every node having a number
-    in every column: each policy's share ``w * (v - low) / (high - low)`` added in the policies'
-    order (0.0 plus the first is the first exactly), over the sum of the weights, as a loop per
-    node computes it; one pass for two or three policies (what a pod usually meets), a pass per
-    policy for more."""
+    in every column: the policies' shares (``_share``) added in the policies' order (0.0 plus the
+    first is the first exactly), as a loop per node computes them; one pass for two or three
+    policies (what a pod usually meets), a pass per policy for more."""
     total = sum(weight for weight, _, _ in active)
-    (w0, (l0, h0, _), c0), (w1, (l1, h1, _), c1), *more = active
-    s0, s1 = h0 - l0, h1 - l1
+    (w0, p0, c0), (w1, p1, c1), *more = active
+    (l0, k0), (l1, k1) = _share(w0, p0, total), _share(w1, p1, total)
     x0, x1 = cast(Sequence[float], c0), cast(Sequence[float], c1)
     if not more:
-        return [(w0 * (a - l0) / s0 + w1 * (b - l1) / s1) / total for a, b in zip(x0, x1)]
-    (w2, (l2, h2, _), c2), *more = more
-    s2, x2 = h2 - l2, cast(Sequence[float], c2)
-    if not more:
-        return [(w0 * (a - l0) / s0 + w1 * (b - l1) / s1 + w2 * (c - l2) / s2) / total for a, b, c in zip(x0, x1, x2)]
-    summed = [w0 * (a - l0) / s0 + w1 * (b - l1) / s1 + w2 * (c - l2) / s2 for a, b, c in zip(x0, x1, x2)]
-    for w, (low, high, _), column in more:
-        span = high - low
-        summed = [t + w * (v - low) / span for t, v in zip(summed, cast(Sequence[float], column))]
-    return [t / total for t in summed]
+        return [(a - l0) * k0 + (b - l1) * k1 for a, b in zip(x0, x1)]
+    (w2, p2, c2), *more = more
+    (l2, k2), x2 = _share(w2, p2, total), cast(Sequence[float], c2)
+    summed = [(a - l0) * k0 + (b - l1) * k1 + (c - l2) * k2 for a, b, c in zip(x0, x1, x2)]
+    for w, spread, column in more:
+        low, k = _share(w, spread, total)
+        summed = [t + (v - low) * k for t, v in zip(summed, cast(Sequence[float], column))]
+    return summed  # type: ignore[return-value]  # numbers only
 
 
 def _means_with_holes(active: list[tuple[int, Spread, Sequence[float | None]]], count: int) -> list[float | None]:
     """Per node, the weighted mean over the policies with a number on it (None: none has)."""
     means: list[float | None] = []
     for i in range(count):
-        total = 0
+        total = sum(weight for weight, _, column in active if column[i] is not None)
+        if not total:
+            means.append(None)
+            continue
         summed = 0.0
-        for weight, (low, high, _), column in active:
+        for weight, spread, column in active:
             v = column[i]
             if v is not None:
-                total += weight
-                summed += weight * (v - low) / (high - low)
-        means.append(summed / total if total else None)
+                low, k = _share(weight, spread, total)
+                summed += (v - low) * k
+        means.append(summed)
     return means
 
 
