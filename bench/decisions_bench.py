@@ -28,7 +28,7 @@ from engine.decisions.evaluation import current_time  # noqa: E402
 from engine.decisions.filtering import filter_nodes  # noqa: E402
 from engine.policy.loader import load  # noqa: E402
 from engine.cluster.nodeinfo import node_info_map  # noqa: E402
-from engine.decisions.scoring import combine, score_nodes  # noqa: E402
+from engine.decisions.scoring import normalise, policy_raw, score_nodes  # noqa: E402
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -86,7 +86,8 @@ class HandWritten:
         _ = labels.get("kubernetes.io/arch", "amd64") != "arm64" or self.multi_arch
         return "fail" if free < self.gpus else "pass"
 
-    def score(self, node: dict[str, Any], info: dict[str, Any]) -> int:
+    def score(self, node: dict[str, Any], info: dict[str, Any]) -> tuple[float | None, ...]:
+        """The raw score of each scoring policy (bin-packing, team-node-pools, zone-affinity); normalised per request."""
         labels = node["metadata"].get("labels", {})
         allocatable = node["status"]["allocatable"]
         cpu_full = (qty(info["requested"].get("cpu", "0")) + self.cpu) / qty(allocatable["cpu"])
@@ -96,7 +97,7 @@ class HandWritten:
         zone, region = labels.get("topology.kubernetes.io/zone", ""), labels.get("topology.kubernetes.io/region", "")
         near = 100 if zone == self.zone else (40 if region != "" and self.zone.startswith(region) else 0)
         clamp: Callable[[float], float] = lambda v: min(max(v, 0.0), 100.0)  # noqa: E731
-        return combine([(2, clamp(cpu_full * 100.0)), (1, clamp(memory_full * 100.0)), (3, float(own_pool)), (2, float(near))])
+        return (policy_raw([(2, clamp(cpu_full * 100.0)), (1, clamp(memory_full * 100.0))]), float(own_pool), float(near))
 
 
 def best_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -137,7 +138,8 @@ def main() -> int:
 
         def run_hand() -> tuple[dict[str, str], dict[str, int]]:
             verdicts = {n["metadata"]["name"]: hand.verdict(n, info[n["metadata"]["name"]]) for n in nodes}
-            scores = {n["metadata"]["name"]: hand.score(n, info[n["metadata"]["name"]]) for n in nodes if verdicts[n["metadata"]["name"]] == "pass"}
+            raws = {n["metadata"]["name"]: hand.score(n, info[n["metadata"]["name"]]) for n in nodes if verdicts[n["metadata"]["name"]] == "pass"}
+            scores = dict(zip(raws, normalise(list(raws.values()), [3, 3, 2])))
             return verdicts, scores
 
         filtered, scored = run_kpe()

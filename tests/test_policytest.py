@@ -69,7 +69,7 @@ def test_met_expectations_pass(tmp_path: Path) -> None:
               pass: [fast]
               fail: {}
               unresolvable: {slow: "ssd-only/ssd: node slow has no SSD", cordoned: {contains: cordoned}}
-            score: {order: [fast, slow], values: {fast: 10, slow: 2}}
+            score: {order: [fast, slow], values: {fast: 10, slow: 0}}
             admission: {admitted: true, gates: [kpe.dev/ssd-only], pending: []}
         """)
     result = run_one(path)
@@ -115,7 +115,7 @@ def test_score_order_and_values_are_checked(tmp_path: Path) -> None:
             score: {order: [slow, fast], values: {fast: 9}}
         """))
     assert Mismatch("score.values[fast]", 9, 10) in result.failures
-    assert Mismatch("score.order", ["slow", "fast"], {"fast": 10, "slow": 2}) in result.failures
+    assert Mismatch("score.order", ["slow", "fast"], {"fast": 10, "slow": 0}) in result.failures
 
 
 def test_admission_and_preemption_expectations_are_checked(tmp_path: Path) -> None:

@@ -90,8 +90,9 @@ def test_node_name_prioritize_scores_from_the_cache(cluster: tuple[str, FakeApiS
     data = capture("0004-18082-prioritize.json")
     answer = httpx.post(url + data["path"], json=data["request"]).json()
     assert [e["Host"] for e in answer] == data["request"]["NodeNames"]
-    # node-1: zone-1 (100) and 1x30 -> 65 -> 7; node-2: another zone (0) and 2x30 -> 30 -> 3
-    assert {e["Host"]: e["Score"] for e in answer} == {"node-1": 7, "node-2": 3}
+    # node-1: zone-1 (100) and 1x30 -> 65; node-2: another zone (0) and 2x30 -> 30; spread over
+    # the request's two nodes (docs/guides/scores.md): 10 and 0
+    assert {e["Host"]: e["Score"] for e in answer} == {"node-1": 10, "node-2": 0}
 
 
 def test_preempt_with_meta_victims_resolves_uids_from_the_pod_cache(cluster: tuple[str, FakeApiServer]) -> None:

@@ -45,10 +45,16 @@ def expected_filter(pod: dict[str, Any], node: dict[str, Any]) -> tuple[str, str
     return "pass", ""
 
 
-def expected_score(node: dict[str, Any]) -> int:
-    zone = 100 if node["metadata"]["labels"].get("topology.kubernetes.io/zone") == "zone-1" else 0
-    number = min(100, int(node["metadata"]["name"][5:]) * 30)
-    return int((zone + number) / 2 / 10 + 0.5)
+def expected_scores(nodes: list[dict[str, Any]]) -> dict[str, int]:
+    """prefer-zone-1's two rules (weight 1 each, clamped to 0..100) averaged per node, then
+    spread over the request's nodes to 0..10 (docs/guides/scores.md); all alike: 0."""
+    raw = {}
+    for node in nodes:
+        zone = 100 if node["metadata"]["labels"].get("topology.kubernetes.io/zone") == "zone-1" else 0
+        number = min(100, int(node["metadata"]["name"][5:]) * 30)
+        raw[node["metadata"]["name"]] = (zone + number) / 2
+    low, high = min(raw.values()), max(raw.values())
+    return {name: 0 if high == low else int((value - low) / (high - low) * 10 + 0.5) for name, value in raw.items()}
 
 
 @pytest.mark.skipif(not CAPTURES, reason=f"wire captures not found at {WIRE}")
@@ -72,7 +78,8 @@ def test_captured_scheduler_request_gets_an_answer_the_scheduler_accepts(kpe: st
         assert answer["NodeNames"] is None and answer["Error"] == ""
     elif verb == "prioritize":
         assert [set(entry) for entry in answer] == [{"Host", "Score"}] * len(known_good)
-        assert answer == [{"Host": n["metadata"]["name"], "Score": expected_score(n)} for n in request["Nodes"]["items"]]
+        scores = expected_scores(request["Nodes"]["items"])
+        assert answer == [{"Host": n["metadata"]["name"], "Score": scores[n["metadata"]["name"]]} for n in request["Nodes"]["items"]]
     else:
         victims = request["NodeNameToVictims"]
         assert set(answer) == {"NodeNameToMetaVictims"}

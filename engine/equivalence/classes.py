@@ -148,7 +148,7 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "unencoded", "info_blind", "cost", "per_request", "clock")
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "encoder", "unencoded", "info_blind", "cost", "per_request", "clock")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -168,7 +168,10 @@ class ClassMemo:
         # until one has, the verbs skip looking for them.
         self.eventful = False
         self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each
-        self.unencoded = False  # whether a score was remembered without its encoded entry
+        # The score verb's answer-entry encoder whose prefixes the class remembers (the first it
+        # met), and whether a score was remembered without its prefix (before it met one).
+        self.encoder: Any = None
+        self.unencoded = False
         # No rule of the class reads nodeInfo: a node's result outlives changes of its pods, so
         # the bind of a pod (one node's nodeInfo replaced) costs the class no evaluation.
         self.info_blind = info_blind

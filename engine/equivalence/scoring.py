@@ -1,24 +1,48 @@
-"""The score decision with the equivalence cache around it: a node's score is reused
-for pods of the same equivalence class while the node and its ``nodeInfo`` are the same
-objects (``engine.equivalence.classes``); the decision itself
-(``engine.decisions.scoring``) knows nothing of it.
+"""The score decision with the equivalence cache around it: a node's raw scores (one per
+scoring policy, ``NodeScore.raw``) are reused for pods of the same equivalence class while
+the node and its ``nodeInfo`` are the same objects (``engine.equivalence.classes``); the
+decision itself (``engine.decisions.scoring``) knows nothing of it. The nodes' scores
+depend on every node of the request (each policy is normalised over them), so they are
+worked out per request from the remembered raw scores (``normalise_columns``), or taken
+from the previous request of the class when it had the very same nodes, unchanged.
+
+A prioritize comes with nearly every pod, so a request makes as few passes over its nodes
+as it can, each in C where it can: what the class remembers per node is one flat row
+(``Row``), the rows are cut into columns by one ``zip``, and the answer is pieces: each
+node's remembered prefix, then its score's suffix (``Entries``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import compress
-from operator import attrgetter
-from typing import Any
+from operator import itemgetter
+from typing import Any, Protocol
 
 from engine.cluster.nodeinfo import NodesByName, node_names
 from engine.decisions.deadline import Deadline, Overdue
-from engine.decisions.filtering import NO_NODE_INFO
-from engine.decisions.scoring import NodeScore, ScoreRequest, ScoreResult, score_node
+from engine.decisions.filtering import NO_NODE_INFO, RuleEvent
+from engine.decisions.scoring import ScoreRequest, ScoreResult, normalise_columns, score_node
 from engine.equivalence.classes import EquivalenceCache, Offload, TrackedNodeInfo
 from engine.policy.model import PolicySet
 
-_ERRORS, _ENCODED = attrgetter("errors"), attrgetter("encoded")
+# What the class remembers per node: the raw score of each scoring policy of the request (in
+# ``ScoreRequest.weights``' order, None where the policy has none), then the node's answer-entry
+# prefix (None when it was computed without ``Entries``), then its evaluation errors. A tuple,
+# not an object, so that one ``zip(*rows)`` gives every column.
+Row = tuple[Any, ...]
+
+
+class Entries(Protocol):
+    """How a node's entry of an answer is encoded, in two pieces: ``prefix(name)`` (remembered
+    with the node) followed by ``suffixes[score]`` (one per score, 0..10), so an answer is
+    assembled without encoding anything per node. The pieces of an answer are joined with
+    nothing between them: a separator belongs to the suffixes."""
+
+    @property
+    def suffixes(self) -> Sequence[bytes]: ...
+
+    def prefix(self, name: str) -> bytes: ...
 
 
 def score_nodes(
@@ -33,7 +57,7 @@ def score_nodes(
     deadline: Deadline | None = None,
     names: list[str] | None = None,
     inline_s: float | None = None,
-    encode: Callable[[str, int], bytes] | None = None,
+    encode: Entries | None = None,
     counts: Any = None,
     namespaces: Mapping[str, Any] | None = None,
 ) -> ScoreResult:
@@ -43,9 +67,9 @@ def score_nodes(
     ``inline_s``, a request whose evaluation could take longer than that many seconds, by
     its class's measured cost per node, raises ``Offload`` before evaluating any node; so
     does any evaluation at all for a class not measured yet or a request without a class.
-    With ``encode`` (and the cache), each node's
-    ``encode(name, score)`` is kept with its score and ``encoded`` lists them in
-    order: an answer assembled without per-node work on a hit. ``nodes`` given by
+    With ``encode`` (and the cache), each node's entry prefix is kept with its raw scores and
+    ``encoded`` lists the answer's pieces in order (each node's prefix, then the suffix of its
+    score): an answer assembled without encoding on a hit. ``nodes`` given by
     name: as for ``filter_nodes`` (unknown names are left out and listed in ``unknown``)."""
     request = ScoreRequest.of(policy_set, pod, now=now, explain=explain, match_memo=memo.match if memo is not None else None, counts=counts,
                               namespaces=namespaces)
@@ -61,21 +85,24 @@ def score_nodes(
         assert not isinstance(nodes, NodesByName)
         return request.evaluate(nodes, node_info, deadline)
     memo_table = table
+    policies = len(request.weights)
+    if encode is not None and table.encoder is None:
+        table.encoder = encode  # the prefixes remembered from now on are its
 
-    def scored(node: Any, info: Any, name: str) -> NodeScore:
+    def scored(node: Any, info: Any, name: str) -> Row:
         if deadline is not None:
             deadline.check()  # raises Overdue: nothing past the deadline is remembered
         # The rules bound to the class's first pod serve the whole class.
         if memo_table.bound is None:
             memo_table.bound = request.bind()
-        outcome = score_node(memo_table.bound, counts, node, info, name, explain=False)
-        if encode is not None:
-            outcome.encoded = encode(name, outcome.score)
-        else:
-            memo_table.unencoded = True
+        outcome = score_node(memo_table.bound, counts, node, info, name, explain=False, groups=request.groups, policies=policies)
         if outcome.errors:
             memo_table.eventful = True
-        return outcome
+        encoder = memo_table.encoder
+        if encoder is None:
+            memo_table.unencoded = True
+            return (*outcome.raw, None, outcome.errors)
+        return (*outcome.raw, encoder.prefix(name), outcome.errors)
 
     try:
         found = table.lookup_nodes(nodes, node_info, NO_NODE_INFO, scored, names=names, inline_s=inline_s)
@@ -86,20 +113,43 @@ def score_nodes(
         result.overdue = len(result.scores)
         result.rule_counts = [(scope.policy.name, rule.name, n) for (scope, rule), n in zip(rules, counts)]
         return result
-    result.memo_hits, result.memo_misses = found.hits, len(found.names) - found.hits
+    rows: list[Row] = found.results
+    count = len(rows)
+    result.memo_hits, result.memo_misses = found.hits, count - found.hits
     previous = found.previous
-    if found.changed == [] and previous is not None and previous.derived is not None:
-        eventful = previous.derived  # nothing changed: the same answer
+    if found.changed == [] and previous is not None and previous.derived is not None and previous.derived[3] is encode:
+        eventful, scores, encoded, _ = previous.derived  # nothing changed: the same answer
     else:
-        eventful = list(compress(range(len(found.results)), map(_ERRORS, found.results))) if table.eventful else []
+        # One pass over the rows, in C: the raw scores of each policy, the prefixes, the errors.
+        columns = list(zip(*rows)) if count else [()] * (policies + 2)
+        eventful = list(compress(range(count), columns[-1])) if table.eventful else []
+        scores = normalise_columns(columns[:policies], request.weights, count)
+        encoded = None
+        if encode is not None:
+            prefixes = columns[-2] if encode is table.encoder else list(map(encode.prefix, found.names))
+            if table.unencoded and None in prefixes:
+                prefixes = [encode.prefix(name) if prefix is None else prefix for prefix, name in zip(prefixes, found.names)]
+            encoded = _pieces(prefixes, scores, encode)
     assert table.snapshot is not None
-    table.snapshot.derived = eventful
+    table.snapshot.derived = (eventful, scores, encoded, encode)
     # Another window of names comes with nearly every pod: the scores by name are built
-    # only if asked for (in C then: zip, map), the answer is joined from the entries.
-    result.defer(found.names, found.results)
-    if encode is not None:
-        # Not when some result was remembered without its entry (a caller without ``encode``).
-        result.encoded = None if table.unencoded else list(map(_ENCODED, found.results))
+    # only if asked for, the answer is joined from the entries.
+    result.defer(found.names, scores)
+    result.encoded = encoded
+    errors: list[RuleEvent] = result.errors
     for i in eventful:
-        result.errors += found.results[i].errors
+        errors += rows[i][-1]
     return request.finish()
+
+
+def _pieces(prefixes: Sequence[bytes | None], scores: list[int], encode: Entries) -> list[bytes]:
+    """The answer's entries as pieces, in order: each node's prefix, then its score's suffix.
+    Placed by slice into one list and looked up in C (``itemgetter``), so no entry is encoded
+    or even joined per node."""
+    pieces: list[bytes] = [b""] * (2 * len(scores))
+    pieces[0::2] = prefixes  # type: ignore[assignment]  # no None left
+    if len(scores) > 1:
+        pieces[1::2] = itemgetter(*scores)(encode.suffixes)
+    elif scores:
+        pieces[1] = encode.suffixes[scores[0]]
+    return pieces

@@ -31,6 +31,10 @@ class Report:
     workload: str | None = None
     """``Deployment shop/api`` when ``pod`` is the pod that workload's controller would
     create (``engine.cluster.workloads``); printed and in the JSON only then."""
+    final: dict[str, int] | None = None
+    """The final score (0..10) of each node that passes the filters, spread over those nodes
+    alone: kube-scheduler sends prioritize only the nodes that passed (docs/guides/scores.md).
+    None: every node's score as ``score`` gives it."""
 
     def to_dict(self) -> dict[str, Any]:
         scores = {s.node: s for s in self.score.explanation or []}
@@ -38,7 +42,10 @@ class Report:
         for verdict in self.filter.explanation or []:
             entry = verdict.to_dict()
             node_score = scores.get(verdict.node)
-            entry["score"] = node_score.score if node_score else None
+            if self.final is not None:
+                entry["score"] = self.final.get(verdict.node)
+            else:
+                entry["score"] = node_score.score if node_score else None
             entry["contributions"] = [c.to_dict() for c in node_score.contributions] if node_score else []
             entry["scoreRules"] = [o.to_dict() for o in node_score.outcomes] if node_score else []
             nodes.append(entry)
@@ -84,7 +91,13 @@ counted over ``nodes`` and ``cluster_pods``). ``namespaces``: Namespace objects 
     filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts, namespaces=namespaces)
     if homes:
         keep_off(filtered, pod, nodes, info, homes, reservations={r.name for r in policy_set.reservations})
-    scored = score_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts, namespaces=namespaces)
+    scored = score_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts, namespaces=namespaces)  # every node's rules, for the table
+    passing = set(filtered.passed)
+    final = (
+        score_nodes(policy_set, pod, [n for n in nodes if node_name(n) in passing], node_info=info, now=now, counts=counts, namespaces=namespaces).scores
+        if passing
+        else {}
+    )
     admission = admit(policy_set, pod, nodes=nodes, pods=cluster_pods, now=now, namespaces=namespaces)
     meta = pod.get("metadata") or {}
     return Report(
@@ -94,6 +107,7 @@ counted over ``nodes`` and ``cluster_pods``). ``namespaces``: Namespace objects 
         filter=filtered,
         score=scored,
         admission=admission,
+        final=final,
     )
 
 

@@ -372,15 +372,23 @@ def host_priority_list(scores: Mapping[str, int], order: list[str]) -> list[dict
     return [{"Host": name, "Score": int(scores.get(name, 0))} for name in order]
 
 
-def host_priority(name: str, score: int) -> bytes:
-    """One HostPriority of a prioritize answer, encoded: kept with each remembered score,
-    so an answer is the remembered entries joined (``host_priority_json``)."""
-    return orjson.dumps({"Host": name, "Score": int(score)})
+class HostPriorityEntries:
+    """A HostPriority of a prioritize answer, encoded in two pieces: the node's prefix (kept
+    with each remembered node) and its score's suffix, the comma between entries included, so
+    an answer is remembered pieces joined (``host_priority_json``) with nothing encoded per node."""
+
+    suffixes = tuple(b"%d}," % score for score in range(11))  # MaxExtenderPriority is 10
+
+    def prefix(self, name: str) -> bytes:
+        return b'{"Host":' + orjson.dumps(name) + b',"Score":'
 
 
-def host_priority_json(entries: list[bytes]) -> bytes:
-    """A HostPriorityList from encoded entries, in order."""
-    return b"[" + b",".join(entries) + b"]"
+host_priority = HostPriorityEntries()
+
+
+def host_priority_json(pieces: list[bytes]) -> bytes:
+    """A HostPriorityList from ``host_priority``'s pieces, in order (the last comma left out)."""
+    return b"[" + b"".join(pieces)[:-1] + b"]"
 
 
 def preemption_result(victims: Mapping[str, list[str]], pdb: Mapping[str, int]) -> dict[str, Any]:
