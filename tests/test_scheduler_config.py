@@ -5,7 +5,6 @@ managedResources follow the policy set."""
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -17,6 +16,7 @@ import yaml
 from server.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 from server.verbs.schedulerconfig import DEFAULT_URL, is_extended_resource_name
 from server.settings import Settings
+from tests.e2e.controlplane import HOW_TO_GET, find_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "data" / "fixtures" / "kube-scheduler-wire" / "scheduler-config.yaml"
@@ -373,7 +373,10 @@ def test_policy_errors_go_to_stderr(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 # -- a scheduler of kpe's own (--scheduler-name) ------------------------------------------
 
-KUBE_SCHEDULER = Path(os.environ.get("KPE_K8S_BIN") or Path.home() / ".cache" / "kpe-k8s" / "bin") / "kube-scheduler"
+# kube-scheduler of every Kubernetes version on this machine (tests/e2e/controlplane.py finds them).
+SCHEDULERS = [pytest.param(b / "kube-scheduler", id=f"k8s-{b.version}") for b in find_binaries()] or [
+    pytest.param(None, id="no-k8s", marks=pytest.mark.skip(reason="no kube-scheduler on this machine: " + HOW_TO_GET))
+]
 
 OWN_SCHEDULER = """\
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -475,20 +478,19 @@ def tls_files(directory: Path) -> tuple[str, ...]:
     return ("--ca-file", str(directory / "ca.crt"), "--cert-file", str(directory / "tls.crt"), "--key-file", str(directory / "tls.key"))
 
 
+@pytest.mark.parametrize("kube_scheduler", SCHEDULERS)
 @pytest.mark.parametrize("mode", [("--scheduler-name", "kpe-scheduler"), ("--kubeconfig", "")], ids=["own-scheduler", "default-scheduler"])
-def test_kube_scheduler_itself_accepts_the_configuration(tmp_path: Path, mode: tuple[str, ...]) -> None:
+def test_kube_scheduler_itself_accepts_the_configuration(tmp_path: Path, mode: tuple[str, ...], kube_scheduler: Path) -> None:
     """kube-scheduler decodes the file strictly (an unknown field is an error), validates it, and
     with --write-config-to prints what it will run with, then exits; --master stands in for the
     in-cluster credentials it would otherwise look for, and is never called."""
-    if not (KUBE_SCHEDULER.is_file() and os.access(KUBE_SCHEDULER, os.X_OK)):
-        pytest.skip(f"kube-scheduler is not in {KUBE_SCHEDULER.parent} (set KPE_K8S_BIN)")
     path = write_policies(tmp_path, policy("a", FILTER, SCORE, PREEMPT))
     code, text = run("--policies", path, *mode, *tls_files(tmp_path))
     assert code == EXIT_OK
     config, written = tmp_path / "config.yaml", tmp_path / "written.yaml"
     config.write_text(text)
     result = subprocess.run(
-        [str(KUBE_SCHEDULER), "--config", str(config), "--master", "https://127.0.0.1:1", "--secure-port", "0", "--write-config-to", str(written)],
+        [str(kube_scheduler), "--config", str(config), "--master", "https://127.0.0.1:1", "--secure-port", "0", "--write-config-to", str(written)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -506,16 +508,15 @@ def test_kube_scheduler_itself_accepts_the_configuration(tmp_path: Path, mode: t
         assert theirs["leaderElection"]["resourceName"] == "kube-scheduler"
 
 
-def test_kube_scheduler_refuses_what_kpe_never_writes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kube_scheduler", SCHEDULERS)
+def test_kube_scheduler_refuses_what_kpe_never_writes(tmp_path: Path, kube_scheduler: Path) -> None:
     """The check above would pass a kube-scheduler that ignores its file: this one must fail."""
-    if not (KUBE_SCHEDULER.is_file() and os.access(KUBE_SCHEDULER, os.X_OK)):
-        pytest.skip(f"kube-scheduler is not in {KUBE_SCHEDULER.parent} (set KPE_K8S_BIN)")
     doc = generate("--policies", write_policies(tmp_path, policy("a", FILTER)), "--scheduler-name", "kpe-scheduler", *tls_files(tmp_path))
     doc["profiles"].append({"schedulerName": "kpe-scheduler"})
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(doc))
     result = subprocess.run(
-        [str(KUBE_SCHEDULER), "--config", str(config), "--master", "https://127.0.0.1:1", "--secure-port", "0", "--write-config-to", str(tmp_path / "w.yaml")],
+        [str(kube_scheduler), "--config", str(config), "--master", "https://127.0.0.1:1", "--secure-port", "0", "--write-config-to", str(tmp_path / "w.yaml")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode != 0 and "schedulerName" in result.stderr

@@ -17,14 +17,15 @@ import pytest
 import yaml
 
 from .controlplane import (
-    BIN,
     HOW_TO_GET,
     REPO,
     Api,
+    Binaries,
     ControlPlane,
     Process,
     binaries_present,
     control_plane,
+    find_binaries,
     free_port,
     free_ports,
     kpe_executable,
@@ -34,18 +35,34 @@ from .controlplane import (
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test here is marked e2e (``-m "not e2e"`` leaves them out) and skipped, saying
-    how to get the binaries, when the control plane is not on this machine."""
+    how to get the binaries, when no control plane is on this machine. The tests of one
+    Kubernetes version share a worker when the suite runs in parallel (one control plane each)."""
     present = binaries_present()
     for item in items:
         if "tests/e2e/" in str(item.fspath).replace(os.sep, "/"):
             item.add_marker(pytest.mark.e2e)
             if not present:
                 item.add_marker(pytest.mark.skip(reason=HOW_TO_GET))
+            callspec = getattr(item, "callspec", None)
+            version = callspec.params.get("binaries") if callspec is not None else None
+            if version is not None:
+                item.add_marker(pytest.mark.xdist_group(f"kubernetes-{version.version}"))
+
+
+# Every end-to-end test runs once per Kubernetes version on this machine, named with it.
+VERSIONS = find_binaries()
+
+
+@pytest.fixture(scope="session", params=VERSIONS or [None], ids=lambda b: f"k8s-{b.version}" if b else "no-k8s")
+def binaries(request: pytest.FixtureRequest) -> Binaries:
+    if request.param is None:
+        pytest.skip(HOW_TO_GET)
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with control_plane(tmp_path_factory.mktemp("control-plane")) as p:
+def plane(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with control_plane(tmp_path_factory.mktemp(f"control-plane-{binaries.version}"), binaries) as p:
         p.api.priority_class("e2e-low", 10)
         p.api.priority_class("e2e-high", 1000)
         yield p
@@ -159,9 +176,12 @@ class Cluster:
         wait_until(ready, 30, "kpe /readyz")
         return kpe
 
-    def start_scheduler(self, kpe: Kpe | None, *, node_cache_capable: bool = True, bind: bool = False) -> Process:
+    def start_scheduler(
+        self, kpe: Kpe | None, *, node_cache_capable: bool = True, bind: bool = False, flags: tuple[str, ...] = ()
+    ) -> Process:
         """kube-scheduler with exactly the configuration ``kpe scheduler-config`` prints for these
-        policies; with ``kpe=None``, a plain one (policies that only admit need no extender)."""
+        policies; with ``kpe=None``, a plain one (policies that only admit need no extender).
+        ``flags``: more command-line flags of kube-scheduler."""
         import subprocess
 
         if kpe is None:
@@ -178,7 +198,7 @@ class Cluster:
         path = self.workdir / "scheduler.yaml"
         path.write_text(yaml.safe_dump(config))
         self.scheduler_config = config
-        self.scheduler = start("kube-scheduler", [str(BIN / "kube-scheduler"), "--config", str(path), "--secure-port", "0", "-v", "2"], self.workdir)
+        self.scheduler = start("kube-scheduler", [str(self.plane.binaries / "kube-scheduler"), "--config", str(path), "--secure-port", "0", "-v", "2", *flags], self.workdir)
         time.sleep(0.5)
         assert self.scheduler.alive(), self.scheduler.tail()
         return self.scheduler
@@ -199,7 +219,7 @@ class Cluster:
         path = self.workdir / f"{name}.yaml"
         path.write_text(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
         port = free_port()
-        process = start(name, [str(BIN / "kube-scheduler"), "--config", str(path), "--bind-address", "127.0.0.1", "--secure-port", str(port),
+        process = start(name, [str(self.plane.binaries / "kube-scheduler"), "--config", str(path), "--bind-address", "127.0.0.1", "--secure-port", str(port),
                                "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig, "-v", "2"], self.workdir)
         election = yaml.safe_load(path.read_text())["leaderElection"]
         lease = f"/apis/coordination.k8s.io/v1/namespaces/{election['resourceNamespace']}/leases/{election['resourceName']}"

@@ -1,8 +1,11 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, and per scenario
 kube-scheduler and kpe, each a process of its own, stopped by PID even when a test fails.
 
-The binaries come from ``$KPE_K8S_BIN`` (default ``~/.cache/kpe-k8s/bin``); how
-to build them is in ``docs/real-cluster.md``. There is no kubelet and
+The binaries of each Kubernetes version on this machine are found by
+``find_binaries()``: the folders ``$KPE_K8S_BIN`` names (several, separated by
+``:``), or else ``~/.cache/kpe-k8s/bin`` and every ``~/.cache/kpe-k8s/*/bin``; one
+folder per minor version, read from ``kube-apiserver --version``. How to build them
+is in ``docs/real-cluster.md``. There is no kubelet and
 no controller manager: nodes are API objects the tests create, bound pods stay
 Pending, and a deleted bound pod keeps its ``deletionTimestamp`` until it is
 deleted again with ``gracePeriodSeconds: 0`` (which is how evictions are counted).
@@ -12,7 +15,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,12 +32,65 @@ from typing import Any
 import httpx
 import yaml
 
-BIN = Path(os.environ.get("KPE_K8S_BIN") or Path.home() / ".cache" / "kpe-k8s" / "bin")
+CACHE = Path.home() / ".cache" / "kpe-k8s"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """The control-plane binaries of one Kubernetes version: ``version`` is its minor (``1.37``)."""
+
+    folder: Path
+    version: str
+
+    def __truediv__(self, name: str) -> Path:
+        return self.folder / name
+
+
+def _folders() -> list[Path]:
+    named = os.environ.get("KPE_K8S_BIN")
+    if named:
+        return [Path(p).expanduser() for p in named.split(os.pathsep) if p]
+    return [CACHE / "bin", *sorted(CACHE.glob("*/bin"))]
+
+
+def _present(folder: Path) -> bool:
+    return all((folder / name).is_file() and os.access(folder / name, os.X_OK) for name in BINARIES)
+
+
+@functools.lru_cache(maxsize=None)
+def _minor_version(folder: Path) -> str | None:
+    try:
+        out = subprocess.run([str(folder / "kube-apiserver"), "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"v(\d+)\.(\d+)\.", out)
+    return f"{found.group(1)}.{found.group(2)}" if found else None
+
+
+@functools.lru_cache(maxsize=1)
+def find_binaries() -> tuple[Binaries, ...]:
+    """Every Kubernetes version whose binaries are on this machine, oldest first; a version
+    found in two folders is taken from the first."""
+    found: dict[str, Binaries] = {}
+    for folder in _folders():
+        version = _minor_version(folder) if _present(folder) else None
+        if version is not None and version not in found:
+            found[version] = Binaries(folder, version)
+    return tuple(sorted(found.values(), key=lambda b: tuple(int(x) for x in b.version.split("."))))
+
+
+# The folder the benches use (bench/realcluster.py) and the default control plane's:
+# the first folder that has the binaries ($KPE_K8S_BIN's first, or ~/.cache/kpe-k8s/bin).
+BIN = next((f for f in _folders() if _present(f)), CACHE / "bin")
+
+
+def default_binaries() -> Binaries:
+    return Binaries(BIN, _minor_version(BIN) or "unknown")
 HOW_TO_GET = (
-    f"the control-plane binaries ({', '.join(BINARIES)}) are not in {BIN}: build them with "
-    "tests/e2e/build-control-plane.sh 1.32 (or 1.37; see docs/real-cluster.md), then point KPE_K8S_BIN "
-    "at the folder it prints"
+    f"no control-plane binaries ({', '.join(BINARIES)}) in {', '.join(str(f) for f in _folders())}: build them with "
+    "tests/e2e/build-control-plane.sh 1.32 and 1.37 (see docs/real-cluster.md), or point KPE_K8S_BIN "
+    "at the folders it prints"
 )
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "kpe-e2e-admin-token"
@@ -42,7 +100,7 @@ SCHEDULER_TOKEN = "kpe-e2e-scheduler-token"
 
 
 def binaries_present() -> bool:
-    return all((BIN / name).is_file() and os.access(BIN / name, os.X_OK) for name in BINARIES)
+    return bool(find_binaries())
 
 
 def free_port() -> int:
@@ -208,6 +266,7 @@ class ControlPlane:
     ``scheduler_kubeconfig`` that of kpe's own kube-scheduler (user ``kpe-scheduler``)."""
 
     workdir: Path
+    binaries: Binaries = field(default_factory=lambda: default_binaries())
     processes: list[Process] = field(default_factory=list)
     etcd_url: str = ""
     url: str = ""
@@ -221,7 +280,7 @@ class ControlPlane:
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
         self.processes.append(start("etcd", [
-            str(BIN / "etcd"), "--data-dir", str(w / "etcd"), "--name", "default",
+            str(self.binaries / "etcd"), "--data-dir", str(w / "etcd"), "--name", "default",
             "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
             "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
             "--initial-cluster", f"default=http://127.0.0.1:{peer}",
@@ -233,7 +292,7 @@ class ControlPlane:
         self.apiserver_port = free_port()
         self.url = f"https://127.0.0.1:{self.apiserver_port}"
         self._apiserver_argv = [
-            str(BIN / "kube-apiserver"), f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1",
+            str(self.binaries / "kube-apiserver"), f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1",
             f"--secure-port={self.apiserver_port}", "--advertise-address=127.0.0.1", f"--cert-dir={w / 'certs'}",
             f"--token-auth-file={w / 'tokens.csv'}", "--authorization-mode=RBAC",
             "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={w / 'sa.pub'}",
@@ -355,8 +414,8 @@ def _ok(url: str, token: str = "") -> bool:
 
 
 @contextlib.contextmanager
-def control_plane(workdir: Path, **options: Any) -> Iterator[ControlPlane]:
-    plane = ControlPlane(workdir)
+def control_plane(workdir: Path, binaries: Binaries | None = None, **options: Any) -> Iterator[ControlPlane]:
+    plane = ControlPlane(workdir, binaries or default_binaries())
     try:
         yield plane.start(**options)
     finally:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from .conftest import Cluster, Kpe
-from .controlplane import ControlPlane, control_plane, wait_until
+from .controlplane import Binaries, ControlPlane, control_plane, wait_until
 from .policies import ONE_PER_TEAM
 
 def cached(kpe: Kpe, node: str) -> dict[str, Any] | None:
@@ -86,12 +86,12 @@ def test_nodes_and_pods_changed_through_the_api_server_show_up_in_kpe_s_cache(cl
 
 
 @pytest.fixture
-def private(tmp_path: Path, ca: Any, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def private(binaries: Binaries, tmp_path: Path, ca: Any, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A scenario on a control plane of its own: restarting its API server and
     compacting its etcd leaves the session's control plane alone."""
     (tmp_path / "plane").mkdir()
     (tmp_path / "scenario").mkdir()
-    with control_plane(tmp_path / "plane") as plane:
+    with control_plane(tmp_path / "plane", binaries) as plane:
         c = Cluster(plane, tmp_path / "scenario", ca, "e2e-compaction")
         try:
             yield c

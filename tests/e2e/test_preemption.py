@@ -63,7 +63,8 @@ def test_preemption_goes_ahead_where_the_evictions_make_kpe_s_filter_pass(cluste
     kpe = cluster.start_kpe()
     cluster.start_scheduler(kpe)
     cluster.api.pod(cluster.namespace, "urgent", cpu="2", priority_class="e2e-high", labels={"team": "a"})
-    evicted = wait_until(cluster.evicted, 30, "the preemption's evictions")
+    # From 1.33 on kube-scheduler evicts asynchronously, one victim after the other.
+    evicted = wait_until(lambda: len(cluster.evicted()) >= 2 and cluster.evicted(), 30, "the preemption's two evictions")
     assert len(evicted) == 2
     for name in evicted:  # what the kubelet would do once the containers stopped
         cluster.api.delete(f"/api/v1/namespaces/{cluster.namespace}/pods/{name}", grace=0)

@@ -75,7 +75,9 @@ def test_an_owner_takes_the_reserved_slot_of_a_full_cluster_and_a_higher_priorit
     try:
         with stand_in_kubelet(api, (ns, PLACEHOLDERS)):
             kpe = cluster.start_kpe(extra=("--reservation-grace-s", "2", "--gate-resync-s", "1", "--lease-name", f"kpe-{name}"))
-            cluster.start_scheduler(kpe)
+            # From 1.33 on, kube-scheduler's queueing hints leave the pending intruder alone when the owner binds
+            # (nothing it was rejected for changed) until it has been unschedulable this long; 1.32 retried it at once.
+            cluster.start_scheduler(kpe, flags=("--pod-max-in-unschedulable-pods-duration=2s",))
             held = wait_until(lambda: (p := placeholder(api, slot)) and p["spec"].get("nodeName") and p, 30, "kube-scheduler to place the placeholder")
             reserved = held["spec"]["nodeName"]
             other = f"{ns}-b" if reserved == f"{ns}-a" else f"{ns}-a"
@@ -102,7 +104,8 @@ def test_an_owner_takes_the_reserved_slot_of_a_full_cluster_and_a_higher_priorit
             claimed = wait_until(lambda: api.get_pod(ns, "owner")["metadata"].get("annotations", {}).get("kpe.dev/reservation-slot"), 15, "kpe to record the owner's slot")
             assert claimed == f"{name}/0"
             vetoed = kpe.metric("kpe_preemption_rejections_total", policy=f"reservation.{name}", rule="placeholders")
-            wait_until(lambda: kpe.metric("kpe_preemption_rejections_total", policy=f"reservation.{name}", rule="placeholders") > vetoed, 30,
+            # kube-scheduler moves such pods back to its queue every 30 s.
+            wait_until(lambda: kpe.metric("kpe_preemption_rejections_total", policy=f"reservation.{name}", rule="placeholders") > vetoed, 45,
                        "the intruder to try evicting the owner from its slot")
             time.sleep(1.0)
             assert "intruder" not in cluster.bound() and cluster.bound()["owner"] == reserved, "the intruder took the owner's slot"

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from .conftest import Cluster, Kpe
-from .controlplane import KPE_TOKEN, REPO, control_plane, wait_until
+from .controlplane import KPE_TOKEN, REPO, Binaries, control_plane, wait_until
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/kpe-system/leases/kpe-gate-controller"
 BINDING = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kpe"
@@ -31,11 +31,11 @@ MAINTENANCE = "kpe.dev/maintenance"
 
 
 @pytest.fixture
-def private(tmp_path: Path, ca: Any, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def private(binaries: Binaries, tmp_path: Path, ca: Any, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A control plane of its own: restarting its API server leaves the session's alone."""
     (tmp_path / "plane").mkdir()
     (tmp_path / "scenario").mkdir()
-    with control_plane(tmp_path / "plane") as plane:
+    with control_plane(tmp_path / "plane", binaries) as plane:
         c = Cluster(plane, tmp_path / "scenario", ca, "e2e-restart")
         try:
             yield c
