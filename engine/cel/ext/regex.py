@@ -14,7 +14,7 @@ from typing import Any, Final
 import re2
 
 from engine.cel.errors import EvalError, no_such_overload
-from engine.cel.limits import FIND_RESULT_UNITS, FREE_SCAN_CHARS, check_list, regex_factor, scan_units
+from engine.cel.limits import FIND_RESULT_UNITS, FREE_SCAN_CHARS, MAX_LIST_SIZE, check_list, regex_factor, scan_units
 
 Pattern = Any  # re2._Regexp, which the module does not export under a public name
 
@@ -116,6 +116,8 @@ def find_all_compiled(regex: Pattern, s: str, limit: int = -1, budget: list[int]
                 if budget[0] < 0:
                     exceeded("findAll")
             found.append(data[start:stop].decode("utf-8", "surrogatepass"))
+            if len(found) > MAX_LIST_SIZE:
+                break  # the list is already too large: building the rest would only cost time
     check_list("findAll", len(found))
     return found
 
