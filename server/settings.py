@@ -100,7 +100,7 @@ class Settings:
         },
     )
     cel_admission_cost_limit: int = field(
-        default=100_000_000,
+        default=1_000_000_000,
         metadata={"group": "limits and timeouts", "help": "the same for admission expressions, which may iterate every pod and node in the cluster"},
     )
     decision_log_size: int = field(default=1000, metadata={"group": "logging and introspection", "help": "how many recent decisions /apis/v1/decisions keeps"})

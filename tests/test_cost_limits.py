@@ -108,7 +108,7 @@ def test_a_limit_that_is_not_a_positive_number_is_a_usage_error(tmp_path: Path, 
 
 def test_shipped_policies_and_doc_examples_are_within_the_default_limits() -> None:
     examples = sorted((ROOT / "docs" / "examples").glob("*/polic*.yaml"))
-    assert len(examples) == 4
+    assert len(examples) == 5
     load([ROOT / "policies", *examples])
 
 

@@ -36,7 +36,7 @@ spec:
     messageExpression: "'node pool ' + node.metadata.labels['pool'] + ' is not for tier ' + variables.tier"
   scores:
   - name: gold
-    expression: "namespaceObject != null && namespaceObject.metadata.?annotations[?'gold'].orValue('') == 'yes' ? 100 : 0"
+    expression: "namespaceObject != null && namespaceObject.metadata.?annotations[?'gold'].orValue('') == 'yes' && node.metadata.labels['pool'] == 'gold' ? 100 : 0"
   admission:
     expression: "namespaceObject != null"
     message: the namespace is not known yet
@@ -70,7 +70,7 @@ def test_every_kind_of_expression_reads_the_pods_namespace_object() -> None:
     assert result.passed == ["n-gold"]
     assert result.unresolvable == {"n-silver": "by-namespace/tier-pool: node pool silver is not for tier gold",
                              "n-unknown": "by-namespace/tier-pool: node pool unknown is not for tier gold"}
-    assert score_nodes(policies, pod(), NODES, namespaces=known).scores == {"n-gold": 10, "n-silver": 10, "n-unknown": 10}
+    assert score_nodes(policies, pod(), NODES, namespaces=known).scores == {"n-gold": 10, "n-silver": 0, "n-unknown": 0}
     assert admit(policies, pod(), namespaces=known).admitted
     victims = {"n-gold": [pod("shop", "same"), pod("other", "elsewhere")]}
     assert preempt(policies, pod(), victims, nodes={"n-gold": NODES[0]}, namespaces=known).rejected == {

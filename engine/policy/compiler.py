@@ -57,7 +57,7 @@ RESULT_TYPES = {
 _DESCRIBE = {"bool": "a bool", "int": "a number", "string": "a string"}
 
 DEFAULT_COST_LIMIT = 1_000_000
-DEFAULT_ADMISSION_COST_LIMIT = 100_000_000
+DEFAULT_ADMISSION_COST_LIMIT = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,10 @@ class CostLimits:
     ``per_call``: every expression but admission's. 1,000,000 is Kubernetes'
     PerCallLimit for admission policies' CEL. ``admission``: admission expressions
     (and their messages), which may iterate every pod in the cluster (150,000 at
-    Kubernetes' documented maximum): 100 times more, which admits a few passes over
-    the cluster's pods and refuses one loop over pods or nodes inside another."""
+    Kubernetes' documented maximum): 1,000 times more, which admits a few passes over
+    the cluster's pods with a loop over each pod's containers inside (a pass that sums
+    the containers' requests is about 130,000,000 in Kubernetes' units) and refuses one
+    loop over pods or nodes inside another (billions)."""
 
     per_call: int = DEFAULT_COST_LIMIT
     admission: int = DEFAULT_ADMISSION_COST_LIMIT

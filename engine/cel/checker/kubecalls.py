@@ -144,7 +144,8 @@ class CallCosts:
         as their run-time costs charge."""
 
         def items(v: Value) -> Cost:
-            n = self.size(v)
+            # A field the shapes say nothing of (an affinity's terms) is a list here: its items, not its characters.
+            n = self.sizes.of("list") if v.kind == "dyn" else self.size(v)
             return Cost(n.lo, n.hi)
 
         def arg(i: int) -> Value:

@@ -122,7 +122,10 @@ def _metadata() -> Shape:
     return _object({"name": name, "namespace": name, "generateName": name, "labels": labels, "annotations": annotations})
 
 
-_CONTAINERS = Shape("list", items=CONTAINERS_MAX)
+# A container's requests and limits: resource names to quantities, whose text is a scalar's.
+_QUANTITIES = Shape("map", items=DEFAULT_LIST, item=string(SCALAR_CHARS), key=string(LABEL_KEY_CHARS), other=string(SCALAR_CHARS))
+_RESOURCES = _object({"requests": _QUANTITIES, "limits": _QUANTITIES})
+_CONTAINERS = Shape("list", items=CONTAINERS_MAX, item=_object({"resources": _RESOURCES}))
 # Taints and tolerations: keys and values are label keys and values, operators and effects
 # short enum words (Kubernetes' string compares cost by the shorter string's length).
 _ENUM = string(ENUM_CHARS)
