@@ -151,7 +151,7 @@ class Settings:
             "group": "cluster access and cache",
             "help": "how long a pod kpe's filter passed counts, for filters that read nodeInfo, on every node it passed, until kpe "
             "sees it bound, failed or deleted (kube-scheduler may have placed it on any of them: docs/policies.md); 0 counts only "
-            "bound pods, which lets a burst of pods past a per-node limit",
+            "bound pods and pods nominated to a node, which lets a burst of pods past a per-node limit",
         },
     )
     cache_stale_after_s: float = field(

@@ -179,6 +179,25 @@ def test_pods_in_flight_count_in_every_zone_they_were_passed_in() -> None:
     assert in_flight_counts(index, in_flight, pod("f1")) is not None  # the pod itself is left out, the other stays
 
 
+def test_a_nominated_pod_counts_in_its_node_s_zone_for_pods_of_its_priority_or_lower() -> None:
+    loaded = policies()
+    nodes = [node("a1", "a"), node("b1", "b")]
+    index = CountIndex.build(loaded.counts, nodes, [pod("w1", "a1")])
+    in_flight = InFlight(ttl=0, clock=lambda: 0.0)
+    nominated = pod("f1", phase="Pending")
+    nominated["spec"]["priority"] = 100
+    nominated["status"]["nominatedNodeName"] = "a1"
+    in_flight.seen(nominated)
+    for priority, passed in ((100, ["b1"]), (1000, ["a1", "b1"])):
+        new = pod("new")
+        new["spec"]["priority"] = priority
+        result = plain_filter(loaded, new, nodes, node_info={}, counts=Counts(index))
+        adjusted = in_flight_counts(index, in_flight, new)
+        if adjusted is not None:
+            count_across(result, loaded, new, nodes, adjusted, node_info={})
+        assert result.passed == passed, priority
+
+
 def test_pods_in_flight_can_take_one_new_domain_each_at_most() -> None:
     index = CountIndex.build(SPECS, NODES[:4], [pod("t1", "a1", team="red")])
     sel = (("team",), ("red",))

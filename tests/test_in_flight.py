@@ -51,7 +51,7 @@ class Clock:
         return self.now
 
 
-def pod(name: str, *, team: str = "a", node: str = "", nominated: str = "", phase: str = "Pending") -> dict[str, Any]:
+def pod(name: str, *, team: str = "a", node: str = "", nominated: str = "", phase: str = "Pending", priority: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "metadata": {"name": name, "namespace": "apps", "uid": f"uid-{name}", "labels": {"team": team}},
         "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]},
@@ -61,6 +61,8 @@ def pod(name: str, *, team: str = "a", node: str = "", nominated: str = "", phas
         out["spec"]["nodeName"] = node
     if nominated:
         out["status"]["nominatedNodeName"] = nominated
+    if priority is not None:
+        out["spec"]["priority"] = priority
     return out
 
 
@@ -128,11 +130,24 @@ def test_a_nominated_pod_kpe_never_filtered_counts_too() -> None:
     assert list(flight.on(["n1"])) == ["n1"]
 
 
-def test_a_zero_time_turns_the_accounting_off() -> None:
+def test_a_zero_time_turns_the_accounting_of_passed_pods_off_but_nominated_pods_still_count() -> None:
     flight = InFlight(ttl=0, clock=Clock())
     flight.passed(pod("a1"), ["n1"])
-    flight.seen(pod("a2", nominated="n1"))
     assert len(flight) == 0 and not flight.enabled
+    flight.seen(pod("a2", nominated="n1"))  # written by the scheduler, not guessed: kube-scheduler counts it too
+    assert list(flight.on(["n1"])) == ["n1"]
+    flight.seen(pod("a2", node="n1"))
+    assert len(flight) == 0
+
+
+def test_a_nominated_pod_counts_for_pods_of_its_priority_or_lower_as_kube_scheduler_counts_it() -> None:
+    flight = InFlight(clock=Clock())
+    flight.seen(pod("p1", nominated="n1", priority=100))
+    flight.passed(pod("a1"), ["n1"])  # passed, not nominated: it counts for every pod, as an assumed pod does
+    counted = {p: sorted(x["metadata"]["name"] for x in flight.on(["n1"], priority=p).get("n1", [])) for p in (10, 100, 1000)}
+    assert counted == {10: ["a1", "p1"], 100: ["a1", "p1"], 1000: ["a1"]}
+    assert [x["metadata"]["name"] for x, _ in flight.held(priority=1000)] == ["a1"]
+    assert sorted(x["metadata"]["name"] for x, _ in flight.held(priority=100)) == ["a1", "p1"]
 
 
 def test_the_pod_being_decided_is_not_counted_against_itself() -> None:
@@ -213,6 +228,33 @@ def test_without_the_accounting_the_burst_goes_past_the_limit(api: FakeApiServer
         first, second = create(api, "a1"), create(api, "a2")
         assert filter_(url, first)["NodeNames"] == ["n1", "n2"]
         assert filter_(url, second)["NodeNames"] == ["n1", "n2"]  # what the burst on the real scheduler did
+
+
+def test_a_pod_nominated_to_a_node_keeps_pods_of_its_priority_or_lower_off_it_and_not_higher_ones(api: FakeApiServer, tmp_path: Path) -> None:
+    for url, state in kpe(api, tmp_path, ONE_PER_TEAM):
+        api.state.add_pod(pod("p1", nominated="n1", priority=100))  # a preemptor, or 1.35+ before its binding
+        wait_for(lambda: len(state.cache.in_flight) == 1)
+
+        def passed(name: str, priority: int) -> list[str]:
+            answer = filter_(url, pod(name, priority=priority))
+            state.cache.in_flight.forget(f"uid-{name}")  # only p1 is to count: the pods asking here leave no trace
+            assert not answer["NodeNames"] or not answer["FailedNodes"] or answer["FailedNodes"]["n1"].startswith(
+                "one-per-team/spread: a pod of this team already runs here (counting 1 pod in flight (apps/p1)")
+            return list(answer["NodeNames"])
+
+        assert passed("a1", 10) == ["n2"]
+        assert passed("a2", 100) == ["n2"]
+        assert passed("a3", 1000) == ["n1", "n2"]  # kube-scheduler lets it take the room p1 was nominated to
+
+
+def test_a_nominated_pod_counts_with_the_accounting_of_passed_pods_off(api: FakeApiServer, tmp_path: Path) -> None:
+    for url, state in kpe(api, tmp_path, ONE_PER_TEAM, in_flight_s=0):
+        api.state.add_pod(pod("p1", nominated="n1"))
+        wait_for(lambda: len(state.cache.in_flight) == 1)
+        assert filter_(url, pod("a1"))["NodeNames"] == ["n2"]
+        api.state.bind("apps", "p1", "n1")  # bound: it counts as a bound pod, and is in flight no more
+        wait_for(lambda: len(state.cache.in_flight) == 0)
+        assert filter_(url, pod("a1"))["FailedNodes"] == {"n1": "one-per-team/spread: a pod of this team already runs here"}
 
 
 def test_a_policy_set_whose_filters_do_not_read_nodeinfo_records_nothing(api: FakeApiServer, tmp_path: Path) -> None:

@@ -13,10 +13,16 @@ bound, finished or deleted, a later filter of the same pod replaces the answer (
 attempt; with gang scheduling, another candidate placement), or ``ttl`` passes. A pod
 that names a node in ``status.nominatedNodeName`` (preemption, and from 1.35 the
 scheduler's placement before its binding cycle) counts on that node alone, for as long
-as it names it. A node passes only if the filters pass on it both with and without the
-pods in flight there: counting them is conservative; it can reject a node the pod
-would have fit, and kube-scheduler tries the pod again on the next cluster event, which
-the binding of the pod in flight is. ``docs/policies.md`` explains the trade-off.
+as it names it, and only for pods of its priority or lower: kube-scheduler adds the
+nominated pods of equal or higher priority to a node before its filters
+(``addGENominatedPods``, pkg/scheduler/framework/runtime/framework.go), so a higher-priority
+pod may take the room a lower one was nominated to. A nomination is written by the
+scheduler, not guessed from kpe's answers, so it counts with ``ttl`` 0 too. A node
+passes only if the filters pass on it both with and without the pods in flight there
+(kube-scheduler runs its filters both ways too when it adds nominated pods): counting
+them is conservative; it can reject a node the pod would have fit, and kube-scheduler
+tries the pod again on the next cluster event, which the binding of the pod in flight is.
+``docs/policies.md`` explains the trade-off.
 
 Written on the event loop (filter answers, watch events), read by the evaluation
 worker: readers take copies made in C.
@@ -28,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from engine.cluster.kubefilters import priority as pod_priority
 from engine.cluster.nodeinfo import is_active, pod_key, pod_requests
 from engine.cel.ext import quantity as _q
 from engine.cel.ext.quantity import Quantity
@@ -52,8 +59,9 @@ class InFlight:
     def __init__(self, *, ttl: float = DEFAULT_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl = ttl
         self.clock = clock  # what "now" is for the time-to-count: tests hand in their own
-        # pod key -> (pod, nodes it counts on, when it stops counting; None: while nominated)
-        self._pods: dict[str, tuple[Obj, frozenset[str], float | None]] = {}
+        # pod key -> (pod, nodes it counts on, when it stops counting; None: while nominated,
+        # the priority up to which it counts; None: for every pod)
+        self._pods: dict[str, tuple[Obj, frozenset[str], float | None, int | None]] = {}
         self._last: frozenset[str] = frozenset()  # the last set of nodes, shared by the pods passed on the same ones
 
     def __len__(self) -> int:
@@ -74,13 +82,11 @@ class InFlight:
         held = self._pods.get(key)
         if held is not None and held[2] is None:
             return  # nominated: it counts on its nominated node, whatever a filter said
-        self._set(key, pod, frozenset(nodes), self.clock() + self.ttl)
+        self._set(key, pod, frozenset(nodes), self.clock() + self.ttl, None)
 
     def seen(self, pod: Obj) -> None:
         """A watch event (or list) of ``pod``: bound, finished or deleted, it no longer is in
-        flight; unbound and nominated, it counts on its nominated node alone."""
-        if not self.enabled:
-            return
+        flight; unbound and nominated, it counts on its nominated node alone (``ttl`` 0 too)."""
         key = pod_key(pod)
         spec, status = pod.get("spec"), pod.get("status")
         spec = spec if isinstance(spec, Mapping) else {}
@@ -90,7 +96,7 @@ class InFlight:
             return
         nominated = status.get("nominatedNodeName")
         if isinstance(nominated, str) and nominated:
-            self._set(key, pod, frozenset((nominated,)), None)
+            self._set(key, pod, frozenset((nominated,)), None, pod_priority(pod))
             return
         held = self._pods.get(key)
         if held is not None and held[2] is None:
@@ -104,39 +110,40 @@ class InFlight:
         if not self._pods:
             return
         now = self.clock()
-        for key in [k for k, (_, _, until) in self._pods.items() if until is not None and until <= now]:
+        for key in [k for k, (_, _, until, _) in self._pods.items() if until is not None and until <= now]:
             self.forget(key)
 
-    def _set(self, key: str, pod: Obj, nodes: frozenset[str], until: float | None) -> None:
+    def _set(self, key: str, pod: Obj, nodes: frozenset[str], until: float | None, up_to: int | None) -> None:
         self._pods.pop(key, None)  # moved to the end: the newest
         if not nodes:
             return
         if nodes == self._last:
             nodes = self._last
         self._last = nodes
-        self._pods[key] = (pod, nodes, until)
+        self._pods[key] = (pod, nodes, until, up_to)
         if len(self._pods) > MAX_PODS:
             del self._pods[next(iter(self._pods))]
 
     # --- read by decisions ---------------------------------------------------------------
 
-    def on(self, names: Iterable[str], *, besides: str = "") -> dict[str, list[Obj]]:
-        """The pods in flight on each of ``names`` that has any, ``besides`` (a pod key) left out."""
+    def on(self, names: Iterable[str], *, besides: str = "", priority: int | None = None) -> dict[str, list[Obj]]:
+        """The pods in flight on each of ``names`` that has any, for a pod of ``priority``:
+        ``besides`` (its key) left out, and the nominated pods of lower priority (None: every pod)."""
         if not self._pods:
             return {}
         wanted = names if isinstance(names, (set, frozenset)) else set(names)
         found: dict[str, list[Obj]] = {}
-        for key, (pod, nodes, _) in list(self._pods.items()):  # a copy made in C: the event loop may change it meanwhile
-            if key == besides:
+        for key, (pod, nodes, _, up_to) in list(self._pods.items()):  # a copy made in C: the event loop may change it meanwhile
+            if key == besides or (up_to is not None and priority is not None and up_to < priority):
                 continue
             for name in nodes & wanted if len(nodes) <= len(wanted) else wanted & nodes:
                 found.setdefault(name, []).append(pod)
         return found
 
-
-    def held(self, *, besides: str = "") -> list[tuple[Obj, frozenset[str]]]:
-        """Every pod in flight with the nodes it counts on, ``besides`` (a pod key) left out."""
-        return [(pod, nodes) for key, (pod, nodes, _) in list(self._pods.items()) if key != besides]
+    def held(self, *, besides: str = "", priority: int | None = None) -> list[tuple[Obj, frozenset[str]]]:
+        """Every pod in flight with the nodes it counts on, for a pod of ``priority`` (as ``on``)."""
+        return [(pod, nodes) for key, (pod, nodes, _, up_to) in list(self._pods.items())
+                if key != besides and (up_to is None or priority is None or up_to >= priority)]
 
 
 def with_pods(view: Mapping[str, Any] | None, pods: list[Obj], *, requests: dict[Any, dict[str, Quantity]] | None = None) -> dict[str, Any]:

@@ -9,6 +9,9 @@ have pods in flight are evaluated once more with those pods added: a node passes
 if it passes both ways. Nothing else pays: a pod whose filters do not read ``nodeInfo``,
 or a request with no pod in flight on the nodes it passed, costs one check.
 
+A pod nominated to a node counts there only for pods of its priority or lower, as
+kube-scheduler counts nominated pods (``engine.cluster.inflight``).
+
 Pods in flight count in ``counts`` too (``count_across``). A rule that reads ``counts`` is
 never remembered (``engine.equivalence.reads``), so the filter already ran it against the
 counts the cache keeps. Only while pods are in flight, and only for a pod whose matching
@@ -30,6 +33,7 @@ from engine.cel.parser import ast
 from engine.cel.types.counts import Counts
 from engine.cluster.counts import Adjusted, CountIndex
 from engine.cluster.inflight import InFlight, with_pods
+from engine.cluster.kubefilters import priority
 from engine.cluster.nodeinfo import NodesByName, node_names, pod_key
 from engine.decisions.deadline import Deadline
 from engine.decisions.filtering import FilterResult, count_rules, filter_nodes
@@ -96,7 +100,7 @@ def pods_in_flight(
         return {}
     if not any(counting.policies.get(name) is not None for name in result.matched):
         return {}
-    return in_flight.on(result.passed, besides=pod_key(pod))
+    return in_flight.on(result.passed, besides=pod_key(pod), priority=priority(pod))
 
 
 def count_in_flight(
@@ -156,7 +160,7 @@ def in_flight_counts(index: CountIndex, in_flight: InFlight | None, pod: Mapping
     """``counts`` with the pods in flight added (None when there are none besides ``pod``)."""
     if in_flight is None or not len(in_flight) or not index.specs:
         return None
-    held = in_flight.held(besides=pod_key(pod))
+    held = in_flight.held(besides=pod_key(pod), priority=priority(pod))
     if not held:
         return None
     return Counts(Adjusted(index, added=[(p, index.domains_of(nodes)) for p, nodes in held]))
