@@ -499,7 +499,8 @@ def test_the_cache_keeps_at_most_the_configured_number_of_classes() -> None:
         ("[pod].size() == 1", {()}),
         ("node.metadata.name == 'x'", set()),
         # A helper that declares what it reads of the pod: those fields (to the depth a fingerprint follows), not the name.
-        ("kube.podRequests(pod)[?'cpu'].orValue(0) > 1", {("spec", f) for f in ("containers", "initContainers", "resources", "overhead")}),
+        # Not its status: a resize counts for a bound pod only, so pending replicas stay one class.
+        ("kube.podRequests(pod)[?'cpu'].orValue(0) > 1", {("spec", f) for f in ("containers", "initContainers", "resources", "overhead", "nodeName")}),
         ("kube.podToleratesNodeTaints(pod, node)", {("spec", "tolerations")}),
         ("strings.quote(pod.metadata.name) != ''", {("metadata", "name")}),
         ("string(pod) != ''", {()}),

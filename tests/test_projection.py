@@ -317,8 +317,12 @@ def test_the_shipped_policies_keep_a_small_part_of_each_cached_pod() -> None:
     pod = cluster.realistic_pod(3, "cpu-us-east-1a-00001")
     kept = trim(orjson.loads(orjson.dumps(pod)), shipped.pod_projection)
     assert set(kept["metadata"]["labels"]) < set(pod["metadata"]["labels"])
-    assert kept["status"] == {"phase": "Running", "startTime": pod["status"]["startTime"]}  # startTime: the preemption dry run's order
-    assert set(kept["spec"]["containers"][0]) == {"resources"}
+    # startTime: the preemption dry run's order; the conditions' types and reasons and the containers'
+    # statuses (their names; allocatedResources, resources.requests): what an in-place resize holds
+    assert kept["status"]["phase"] == "Running" and kept["status"]["startTime"] == pod["status"]["startTime"]
+    assert set(kept["status"]) == {"phase", "startTime", "conditions", "containerStatuses"}
+    assert all(set(c) <= {"type", "reason"} for c in kept["status"]["conditions"])
+    assert set(kept["spec"]["containers"][0]) == {"name", "resources"}
     assert len(orjson.dumps(kept)) < len(orjson.dumps(pod)) / 6
 
 

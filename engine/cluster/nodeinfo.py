@@ -4,7 +4,8 @@
 
 ``requested`` sums the pods' effective requests as kube-scheduler does
 (``kube.podRequests``: regular containers and sidecars, or the largest need of
-an init container where that is more, pod-level requests, plus pod overhead),
+an init container where that is more, pod-level requests, plus pod overhead;
+what an in-place resize holds, from the pod's status),
 as canonical quantity strings for ``quantity()``; each pod's request is
 rounded up as the scheduler holds it before it is added (cpu to milli-units,
 everything else to whole units: NodeInfo.update adds framework.Resource's

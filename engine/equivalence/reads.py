@@ -137,6 +137,8 @@ def pod_paths(root: ast.Node) -> Iterable[Path]:
                 continue
             for read in paths:
                 steps = tuple(read.split(".")) if isinstance(read, str) else tuple(read)
+                if steps[0] == "status":
+                    continue  # read of a bound pod only (kube.podRequests: a resize); the pod placed is not bound
                 # A fingerprint follows maps only, and a declared path may pass through a list
                 # (containers): two steps name a field of the pod's spec or metadata, whole.
                 yield (*head, *steps)[: len(head) + FINGERPRINT_DEPTH]

@@ -64,7 +64,8 @@ def _size_at(obj: Any, first: str, second: str = "") -> int:
 
 
 def _requests_cost(pod: Any = None, *_: Any) -> int:
-    return _size_at(pod, "spec", "containers") + _size_at(pod, "spec", "initContainers")
+    containers = _size_at(pod, "spec", "containers") + _size_at(pod, "spec", "initContainers")
+    return containers + _size_at(pod, "status", "containerStatuses") + _size_at(pod, "status", "initContainerStatuses")
 
 
 def _pair_cost(pod: Any = None, node: Any = None, *_: Any) -> int:
@@ -107,6 +108,19 @@ POD_REQUEST_READS: Final = (
     "spec.resources.requests",
     "spec.resources.limits",
     "spec.overhead",
+    "spec.nodeName",  # an in-place resize counts once the pod is bound: each container's status, by name (kuberesources._Resize)
+    "spec.containers.name",
+    "spec.initContainers.name",
+    "status.conditions.type",
+    "status.conditions.reason",
+    "status.containerStatuses.name",
+    "status.containerStatuses.allocatedResources",
+    "status.containerStatuses.resources.requests",
+    "status.initContainerStatuses.name",
+    "status.initContainerStatuses.allocatedResources",
+    "status.initContainerStatuses.resources.requests",
+    "status.allocatedResources",
+    "status.resources.requests",
 )
 _TOLERATION: Final = ("key", "operator", "value", "effect")
 _POD_TOLERATIONS: Final = tuple(f"spec.tolerations.{f}" for f in _TOLERATION)

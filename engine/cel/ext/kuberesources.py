@@ -3,19 +3,43 @@ for a pod and the capacity it finds free on a node. engine/cel/ext/kube.py makes
 them CEL functions (with what they cost and read); the rules they follow are here:
 
 ``kube.podRequests(pod)``, ``kube.podRequests(pod, name)``
-    k8s.io/component-helpers/resource ``PodRequests`` with Kubernetes 1.34
-    defaults: the sum of the regular containers and the restartable init
-    containers (sidecars), or the largest need of one init container while it
-    runs (its request plus the sidecars started before it) where that is more;
-    pod-level ``spec.resources.requests`` (cpu, memory, ``hugepages-*``) replace
-    the containers' figure for the resources they name; ``spec.overhead`` on
-    top. The API server's defaulting is applied first (a container or
-    pod-level limit without a request requests the limit; every request,
-    limit and overhead rounded up to milli-units, ``SetDefaults_ResourceList``:
-    ``1n`` is ``1m``; a ``null`` quantity is 0, as Quantity's UnmarshalJSON reads
-    it), so a pod written by hand gives what the API would store. The real requests: not the scheduler's
-    non-zero defaults for scoring (100m CPU, 200Mi memory), and not the
-    resources of an in-place resize reported in the pod's status.
+    k8s.io/component-helpers/resource ``PodRequests`` with the options
+    kube-scheduler 1.37 counts a pod with (framework.PodInfo.CalculateResource:
+    pod-level resources and a running pod's status counted): the sum of the
+    regular containers and the restartable init containers (sidecars), or the
+    largest need of one init container while it runs (its request plus the
+    sidecars started before it) where that is more; for a running pod, what an
+    in-place resize holds; pod-level ``spec.resources.requests`` (cpu, memory,
+    ``hugepages-*``) replace the containers' figure for the resources they
+    name; ``spec.overhead`` on top (status and pod-level resources: below).
+    The API server's defaulting is applied first (a container limit without a
+    request requests the limit; pod-level requests defaulted; every request,
+    limit, overhead and status quantity rounded up to milli-units,
+    ``SetDefaults_ResourceList``: ``1n`` is ``1m``; a ``null`` quantity is 0,
+    as Quantity's UnmarshalJSON reads it), so a pod written by hand gives what
+    the API would store. The real requests: not the scheduler's non-zero
+    defaults for scoring (100m CPU, 200Mi memory).
+In-place resize (KEP-1287, GA 1.35; pod-level, KEP-5419, beta 1.36)
+    Counted for a pod bound to a node (``spec.nodeName``), as the scheduler's NodeInfo
+    counts the pods on a node; the pod being placed counts by its spec alone
+    (noderesources' computePodResourceRequest), whatever its status says, so its status
+    never makes two pending replicas differ (the equivalence cache's fingerprint).
+    A running pod may hold more than its spec asks while a resize is under way: per
+    resource the scheduler counts the most of the spec, what the kubelet allocated
+    (``status.containerStatuses[].allocatedResources``) and what it actuated
+    (``...resources.requests``, else the allocated). Where the kubelet reports the pod's
+    own ``status.allocatedResources`` and ``status.resources.requests``, those stand for
+    the containers' aggregate. While the last resize is infeasible (the
+    ``PodResizePending`` condition with reason ``Infeasible``) the spec is not counted: a
+    container without a status then counts nothing. The deprecated ``status.resize`` is
+    read by nothing.
+Pod-level resources (``spec.resources``, GA 1.37)
+    The API server defaults a pod-level request that is not set once the pod sets any
+    pod-level request or limit (DefaultPodLevelResources): cpu and memory from the
+    containers' aggregate (of their spec), else the pod-level limit; huge pages from the
+    pod-level limit, else the containers' aggregate. Those requests replace the
+    containers' figure; while the status reports pod-level resources, the most of them
+    and the spec's (the status's alone while the resize is infeasible).
 ``kube.nodeFree(node, nodeInfo, name)``
     ``status.allocatable[name]`` minus ``nodeInfo.requested[name]`` (for
     ``pods``: minus ``nodeInfo.podCount``, as the scheduler counts pods), in the
@@ -36,7 +60,7 @@ the same way (kube.py states how).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from engine.cel.errors import EvalError, no_such_overload
@@ -49,11 +73,12 @@ ZERO: Final = Quantity(0, 0, False, DECIMAL_SI)
 # The API server rounds every request, limit and overhead up to this scale (SetDefaults_ResourceList).
 _API_SCALE: Final = -3
 
-# Pod-level resources (spec.resources) as of Kubernetes 1.34: cpu, memory and huge pages.
-_POD_LEVEL: Final = frozenset(("cpu", "memory"))
-_HUGEPAGES_PREFIX: Final = "hugepages-"
 
 _Obj = Mapping[str, Any]
+
+# Pod-level resources (spec.resources) as of Kubernetes 1.37: cpu, memory and huge pages.
+_POD_LEVEL: Final = frozenset(("cpu", "memory"))
+_HUGEPAGES_PREFIX: Final = "hugepages-"
 
 
 # -- reading Kubernetes JSON ----------------------------------------------------------
@@ -184,38 +209,156 @@ def _container_requests(container: Any, fn: str, kind: str, index: int, strict: 
     return requests, sidecar
 
 
+# -- in-place resize and pod-level resources (the module's docstring says the rules) ----------
+# These read the JSON and choose; the quantities are parsed by the callers below, so a pod
+# whose status says nothing of a resize costs one look at its conditions and container statuses.
+
+
 def is_pod_level_resource(name: str) -> bool:
-    """Whether ``spec.resources`` may set this resource (Kubernetes 1.34: cpu, memory, huge pages)."""
+    """Whether ``spec.resources`` may set this resource (Kubernetes 1.37: cpu, memory, huge pages)."""
     return name in _POD_LEVEL or name.startswith(_HUGEPAGES_PREFIX)
 
 
+class _Resize:
+    """What a pod's status says of a resize: whether the last one is infeasible, each
+    container's status by name (containers first, then init containers, the first of a
+    name: findContainerStatus), and the pod-level status lists (raw; None when absent)."""
+
+    __slots__ = ("allocated", "actuated", "infeasible", "pod_resources", "statuses")
+
+    def __init__(self, *, infeasible: bool, statuses: dict[Any, _Obj], allocated: Any, actuated: Any, pod_resources: bool) -> None:
+        self.infeasible = infeasible
+        self.statuses = statuses
+        self.allocated = allocated
+        self.actuated = actuated
+        self.pod_resources = pod_resources
+
+    def pod_lists(self) -> bool:
+        """Whether the pod-level status lists stand for the containers' aggregate (both reported)."""
+        return self.allocated is not None and self.actuated is not None
+
+    def container_list(self, name: Any, actuated: bool) -> tuple[Any, str] | None:
+        """The raw list a container counts in the allocated (or actuated) aggregate, with
+        its field for messages; None where its spec counts (nothing, while infeasible)."""
+        cs = self.statuses.get(name)
+        if cs is None:
+            return None
+        if actuated:
+            running = _requests_of(cs)
+            if running is not None:
+                return running, ".resources.requests"
+        allocated = cs.get("allocatedResources")
+        return None if allocated is None else (allocated, ".allocatedResources")
+
+
+def _resize_of(status: Any, spec: _Obj, fn: str) -> _Resize | None:
+    """The resize the status shows, or None where counting the status gives the spec's
+    figure (a pending pod; a running pod whose status reports no resources, or just
+    what its containers' spec asks: every running pod not being resized)."""
+    status = _map(status, fn, "status")
+    infeasible = False
+    for condition in _list(status.get("conditions"), fn, "status.conditions"):
+        if type(condition) is dict and condition.get("type") == "PodResizePending":
+            infeasible = condition.get("reason") == "Infeasible"
+            break
+    statuses: dict[Any, _Obj] = {}
+    reported = False
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for cs in _list(status.get(key), fn, f"status.{key}"):
+            if type(cs) is dict:
+                statuses.setdefault(cs.get("name"), cs)
+                reported = reported or cs.get("allocatedResources") is not None or _requests_of(cs) is not None
+    pod_resources = status.get("resources") is not None
+    if not (infeasible or pod_resources) and (not reported or _as_specified(spec, statuses)):
+        return None
+    return _Resize(infeasible=infeasible, statuses=statuses, allocated=status.get("allocatedResources"),
+                   actuated=_requests_of(status), pod_resources=pod_resources)
+
+
+def _as_specified(spec: _Obj, statuses: dict[Any, _Obj]) -> bool:
+    """Whether every container status reports the container's requests as written (the
+    API server's defaulting makes them explicit): the status then counts as the spec."""
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if type(containers) is not list:
+            if containers:
+                return False
+            continue
+        for container in containers:
+            if type(container) is not dict:
+                return False
+            cs = statuses.get(container.get("name"))
+            if cs is None:
+                continue
+            resources = container.get("resources")
+            asked = resources.get("requests") if type(resources) is dict else None
+            if cs.get("allocatedResources") not in (None, asked) or _requests_of(cs) not in (None, asked):
+                return False
+    return True
+
+
+def _requests_of(status: _Obj) -> Any:
+    """``resources.requests`` of a status (None where either is absent, as Go's nil)."""
+    resources = status.get("resources")
+    return resources.get("requests") if type(resources) is dict else None
+
+
+def _most(into: dict[str, Quantity], *lists: Mapping[str, Quantity]) -> dict[str, Quantity]:
+    """``into`` raised, per resource, to the most of ``lists`` (component-helpers' max)."""
+    for lst in lists:
+        for name, q in lst.items():
+            _at_least(into, name, q)
+    return into
+
+
+def _pod_level_requests(requests: Mapping[str, Quantity], limits: Mapping[str, Quantity],
+                        explicit: _Obj, containers: Mapping[str, Quantity]) -> dict[str, Quantity]:
+    """The pod-level requests after the API server's defaulting (the module's docstring):
+    ``requests`` and ``limits`` parsed, ``explicit`` the requests as written, ``containers``
+    the containers' aggregate from their spec. Only pod-level resources."""
+    chosen = {name: q for name, q in requests.items() if is_pod_level_resource(name)}
+    for name, q in containers.items():
+        if name not in explicit and (name in _POD_LEVEL or (name.startswith(_HUGEPAGES_PREFIX) and name not in limits)):
+            chosen[name] = q
+    for name, q in limits.items():
+        if name not in chosen and is_pod_level_resource(name):
+            chosen[name] = q
+    return chosen
+
+
+# -- requests of a pod ---------------------------------------------------------------------
+
+
+_RequestsOf = Callable[[Any, str, int], tuple[dict[str, Quantity], bool]]
+
+
 def pod_requests(pod: Any, *, strict: bool = True, fn: str = "kube.podRequests") -> dict[str, Quantity]:
-    """The pod's effective requests per resource, as kube-scheduler computes them
-    (``PodRequests``; see the module's docstring). ``strict=False`` skips malformed
-    quantities and containers instead of raising (kpe's cache sums every pod it sees)."""
-    spec = _map(pod, fn, "pod").get("spec")
+    """The pod's effective requests per resource, as kube-scheduler 1.37 computes them
+    (``PodRequests`` with the options of framework.PodInfo.CalculateResource; see the
+    module's docstring). ``strict=False`` skips malformed quantities and containers
+    instead of raising (kpe's cache sums every pod it sees)."""
+    pod = _map(pod, fn, "pod")
+    spec = pod.get("spec")
     if type(spec) is not dict:
         spec = _map(spec, fn, "spec")
-    total: dict[str, Quantity] = {}
-    containers = spec.get("containers")
-    if containers:
-        for i, container in enumerate(_list(containers, fn, "spec.containers")):
-            try:
-                requests, _ = _container_requests(container, fn, "spec.containers", i, strict)
-            except EvalError:
-                if strict:
-                    raise
-                continue
-            for name, q in requests.items():
-                found = total.get(name)
-                total[name] = q if found is None else _add(found, q)
-    init_containers = spec.get("initContainers")
-    if init_containers:
-        _add_init_containers(total, _list(init_containers, fn, "spec.initContainers"), fn, strict)
+
+    def spec_of(container: Any, kind: str, index: int) -> tuple[dict[str, Quantity], bool]:
+        return _container_requests(container, fn, kind, index, strict)
+
+    containers = _aggregate(spec, spec_of, fn, strict)
+    status = pod.get("status")
+    resize = None
+    if status and spec.get("nodeName"):  # the scheduler counts the pod it places by its spec alone
+        try:
+            resize = _resize_of(status, spec, fn)
+        except EvalError:
+            if strict:
+                raise
+    total = containers if resize is None else _with_status(spec, containers, resize, fn, strict)
     pod_level = spec.get("resources")
     if pod_level:
         try:
-            _apply_pod_level(total, _map(pod_level, fn, "spec.resources"), fn, strict)
+            _apply_pod_level(total, containers, _map(pod_level, fn, "spec.resources"), resize, fn, strict)
         except EvalError:
             if strict:
                 raise
@@ -230,7 +373,28 @@ def pod_requests(pod: Any, *, strict: bool = True, fn: str = "kube.podRequests")
     return total
 
 
-def _add_init_containers(total: dict[str, Quantity], init_containers: Iterable[Any], fn: str, strict: bool) -> None:
+def _aggregate(spec: _Obj, each: _RequestsOf, fn: str, strict: bool) -> dict[str, Quantity]:
+    """The containers' requests (``each`` container's) summed as AggregateContainerRequests does."""
+    total: dict[str, Quantity] = {}
+    containers = spec.get("containers")
+    if containers:
+        for i, container in enumerate(_list(containers, fn, "spec.containers")):
+            try:
+                requests, _ = each(container, "spec.containers", i)
+            except EvalError:
+                if strict:
+                    raise
+                continue
+            for name, q in requests.items():
+                found = total.get(name)
+                total[name] = q if found is None else _add(found, q)
+    init_containers = spec.get("initContainers")
+    if init_containers:
+        _add_init_containers(total, _list(init_containers, fn, "spec.initContainers"), each, strict)
+    return total
+
+
+def _add_init_containers(total: dict[str, Quantity], init_containers: Iterable[Any], each: _RequestsOf, strict: bool) -> None:
     """Init containers run one at a time, before the regular ones; a restartable one
     (a sidecar) keeps running once started, so it adds to the regular containers and
     to every init container after it. Per resource, the pod needs the larger of the
@@ -240,7 +404,7 @@ def _add_init_containers(total: dict[str, Quantity], init_containers: Iterable[A
     peak: dict[str, Quantity] = {}
     for i, container in enumerate(init_containers):
         try:
-            requests, sidecar = _container_requests(container, fn, "spec.initContainers", i, strict)
+            requests, sidecar = each(container, "spec.initContainers", i)
         except EvalError:
             if strict:
                 raise
@@ -260,20 +424,48 @@ def _add_init_containers(total: dict[str, Quantity], init_containers: Iterable[A
         _at_least(total, name, q)
 
 
-def _apply_pod_level(total: dict[str, Quantity], pod_level: _Obj, fn: str, strict: bool) -> None:
-    """Pod-level requests replace the containers' figure for the resources they name.
-    The API defaults a pod-level request from a pod-level limit where no container
-    requests that resource (where one does, it defaults to the containers' sum,
-    which changes nothing here)."""
+def _with_status(spec: _Obj, containers: dict[str, Quantity], resize: _Resize, fn: str, strict: bool) -> dict[str, Quantity]:
+    """AggregateContainerRequests with UseStatusResources (the module's docstring)."""
+    if resize.pod_lists():
+        allocated = _resource_list(resize.allocated, fn, "status.allocatedResources", strict)
+        actuated = _resource_list(resize.actuated, fn, "status.resources.requests", strict)
+    else:
+        def allocated_of(container: Any, kind: str, index: int) -> tuple[dict[str, Quantity], bool]:
+            return _status_requests(container, kind, index, resize, False, fn, strict)
+
+        def actuated_of(container: Any, kind: str, index: int) -> tuple[dict[str, Quantity], bool]:
+            return _status_requests(container, kind, index, resize, True, fn, strict)
+
+        allocated = _aggregate(spec, allocated_of, fn, strict)
+        actuated = _aggregate(spec, actuated_of, fn, strict)
+    return _most({} if resize.infeasible else dict(containers), actuated, allocated)
+
+
+def _status_requests(container: Any, kind: str, index: int, resize: _Resize, actuated: bool, fn: str, strict: bool) -> tuple[dict[str, Quantity], bool]:
+    """One container's allocated (or actuated) requests; without a status, its spec's."""
+    requests, sidecar = _container_requests(container, fn, kind, index, strict)
+    found = resize.container_list(container.get("name"), actuated)
+    if found is None:
+        return ({} if resize.infeasible else requests), sidecar
+    raw, field = found
+    return _resource_list(raw, fn, f"status of {kind}[{index}]{field}", strict), sidecar
+
+
+def _apply_pod_level(total: dict[str, Quantity], containers: dict[str, Quantity], pod_level: _Obj,
+                     resize: _Resize | None, fn: str, strict: bool) -> None:
+    """Pod-level requests, defaulted as the API server does, replace the containers'
+    figure for the resources they name (the module's docstring)."""
     raw_requests = _map(pod_level.get("requests"), fn, "spec.resources.requests")
-    chosen = {
-        name: q
-        for name, q in _resource_list(raw_requests, fn, "spec.resources.requests", strict).items()
-        if is_pod_level_resource(name)
-    }
-    for name, q in _resource_list(pod_level.get("limits"), fn, "spec.resources.limits", strict).items():
-        if is_pod_level_resource(name) and name not in raw_requests and name not in total:
-            chosen[name] = q
+    raw_limits = _map(pod_level.get("limits"), fn, "spec.resources.limits")
+    if not raw_requests and not raw_limits:
+        return
+    chosen = _pod_level_requests(_resource_list(raw_requests, fn, "spec.resources.requests", strict),
+                                 _resource_list(raw_limits, fn, "spec.resources.limits", strict), raw_requests, containers)
+    if chosen and resize is not None and resize.pod_resources:
+        effective = _most({} if resize.infeasible else chosen,
+                          _resource_list(resize.actuated, fn, "status.resources.requests", strict),
+                          _resource_list(resize.allocated, fn, "status.allocatedResources", strict))
+        chosen = {name: q for name, q in effective.items() if is_pod_level_resource(name)}
     total.update(chosen)
 
 

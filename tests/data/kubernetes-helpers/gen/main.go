@@ -17,11 +17,16 @@ import (
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/component-base/featuregate"
 	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	podutil "k8s.io/kubernetes/pkg/api/pod"
+	core "k8s.io/kubernetes/pkg/apis/core"
 	k8sv1 "k8s.io/kubernetes/pkg/apis/core/v1"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
 )
@@ -123,7 +128,126 @@ func genPod(i int, node string) *v1.Pod {
 		p.Spec.Tolerations = append(p.Spec.Tolerations, tol)
 	}
 	k8sv1.SetObjectDefaults_Pod(p) // what the API server stores: limits as requests, rounding to milli-units
-	return p
+	if r.Intn(3) == 0 {
+		podLevel(p)
+	}
+	if node != "" && r.Intn(2) == 0 {
+		resized(p)
+	}
+	return roundTrip(p)
+}
+
+// roundTrip gives the pod as a client of the API server decodes it: an empty list is absent
+// (omitempty; Go's nil, where an empty map built here would not be), and every quantity parsed
+// from its string, so none shares an inf.Dec with another (PodRequests adds overhead in place
+// to the pod-level quantity it applies: a shared one would change the pod written out).
+func roundTrip(p *v1.Pod) *v1.Pod {
+	data, err := json.Marshal(p)
+	if err != nil {
+		panic(err)
+	}
+	out := &v1.Pod{}
+	if err := json.Unmarshal(data, out); err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// podLevel gives the pod valid pod-level resources (spec.resources, ValidatePodSpec's
+// validatePodResourceConsistency: requests at least the containers' aggregate, limits at least
+// each regular container's limit and at least the pod-level request), then the defaulting the API
+// server applies on create (podutil.DefaultPodLevelResources, PrepareForCreate in 1.37).
+func podLevel(p *v1.Pod) {
+	agg := resourcehelper.AggregateContainerRequests(p, resourcehelper.PodResourcesOptions{})
+	p.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{}, Limits: v1.ResourceList{}}
+	for _, n := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+		extras := cpus
+		if n == v1.ResourceMemory {
+			extras = mems
+		}
+		mode := r.Intn(4) // 0: none, 1: request, 2: limit, 3: both
+		req := agg[n].DeepCopy()
+		if r.Intn(3) != 0 {
+			req.Add(resource.MustParse(pick(extras)))
+		}
+		if mode == 1 || mode == 3 {
+			p.Spec.Resources.Requests[n] = req
+		}
+		if mode == 2 || mode == 3 {
+			lim := req.DeepCopy()
+			for _, c := range p.Spec.Containers {
+				if q, ok := c.Resources.Limits[n]; ok && q.Cmp(lim) > 0 {
+					lim = q.DeepCopy()
+				}
+			}
+			if r.Intn(2) == 0 {
+				lim.Add(resource.MustParse(pick(extras)))
+			}
+			p.Spec.Resources.Limits[n] = lim
+		}
+	}
+	internal := &core.Pod{}
+	if err := k8sv1.Convert_v1_Pod_To_core_Pod(p, internal, nil); err != nil {
+		panic(err)
+	}
+	podutil.DefaultPodLevelResources(internal)
+	if err := k8sv1.Convert_core_Pod_To_v1_Pod(internal, p, nil); err != nil {
+		panic(err)
+	}
+	k8sv1.SetObjectDefaults_Pod(p)
+}
+
+// resized gives a running pod the status of an in-place resize (KEP-1287, GA 1.35; pod-level,
+// KEP-5419): what the kubelet allocated and actuated per container and for the pod, differing
+// from the spec, and sometimes a pending resize (Deferred, Infeasible) or one in progress.
+func resized(p *v1.Pod) {
+	p.Status.Phase = v1.PodRunning
+	status := func(c v1.Container) v1.ContainerStatus {
+		cs := v1.ContainerStatus{Name: c.Name}
+		if r.Intn(3) != 0 {
+			cs.AllocatedResources = v1.ResourceList{}
+			resources(cs.AllocatedResources, "cpu", "memory")
+		}
+		if r.Intn(2) == 0 {
+			cs.Resources = &v1.ResourceRequirements{}
+			if r.Intn(4) != 0 {
+				cs.Resources.Requests = v1.ResourceList{}
+				resources(cs.Resources.Requests, "cpu", "memory")
+			}
+		}
+		return cs
+	}
+	for _, c := range p.Spec.Containers {
+		if r.Intn(4) != 0 {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, status(c))
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		if r.Intn(3) == 0 {
+			p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, status(c))
+		}
+	}
+	if r.Intn(3) == 0 {
+		if r.Intn(4) != 0 {
+			p.Status.AllocatedResources = v1.ResourceList{}
+			resources(p.Status.AllocatedResources, "cpu", "memory")
+		}
+		p.Status.Resources = &v1.ResourceRequirements{}
+		if r.Intn(4) != 0 {
+			p.Status.Resources.Requests = v1.ResourceList{}
+			resources(p.Status.Resources.Requests, "cpu", "memory")
+		}
+	}
+	switch r.Intn(5) {
+	case 0:
+		p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.PodResizePending, Status: v1.ConditionTrue, Reason: v1.PodReasonInfeasible})
+	case 1:
+		p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.PodResizePending, Status: v1.ConditionTrue, Reason: v1.PodReasonDeferred})
+	case 2:
+		p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.PodResizeInProgress, Status: v1.ConditionTrue})
+		p.Status.Resize = v1.PodResizeStatusInProgress // deprecated, still written by old kubelets; read by nothing
+	}
+	k8sv1.SetObjectDefaults_Pod(p)
 }
 
 func genNode(i int) *v1.Node {
@@ -159,22 +283,38 @@ func strs(rl v1.ResourceList) map[string]string {
 }
 
 type nodeCase struct {
-	Node        *v1.Node          `json:"node"`
-	Pods        []*v1.Pod         `json:"pods"`
-	Requested   map[string]int64  `json:"requested"` // NodeInfo.Requested: MilliCPU, Memory, scalar resources
-	Pod         *v1.Pod           `json:"pod"`
-	Fits        []string          `json:"fits"` // noderesources.Fits reasons
-	Affinity    bool              `json:"affinity"`
-	Untolerated *string           `json:"untolerated"` // first untolerated NoSchedule/NoExecute taint key
+	Node        *v1.Node         `json:"node"`
+	Pods        []*v1.Pod        `json:"pods"`
+	Requested   map[string]int64 `json:"requested"` // NodeInfo.Requested: MilliCPU, Memory, scalar resources
+	Pod         *v1.Pod          `json:"pod"`
+	Fits        []string         `json:"fits"` // noderesources.Fits reasons
+	Affinity    bool             `json:"affinity"`
+	Untolerated *string          `json:"untolerated"` // first untolerated NoSchedule/NoExecute taint key
 }
 
 func main() {
 	logger := klog.Background()
 	out := map[string]any{"kubernetes": "v1.37.2", "seed": seed}
+	// The options the 1.37 scheduler counts a pod with (framework.PodInfo.CalculateResource, by its
+	// default feature gates, recorded below): a running pod's status counts (in-place resize).
+	gates := map[string]bool{}
+	for _, f := range []string{string(features.PodLevelResources), string(features.InPlacePodVerticalScaling), string(features.InPlacePodLevelResourcesVerticalScaling), string(features.DRANodeAllocatableResources), string(features.PodLevelResourcesFixDefaulting)} {
+		gates[f] = utilfeature.DefaultFeatureGate.Enabled(featuregate.Feature(f))
+	}
+	out["featureGates"] = gates
+	opts := resourcehelper.PodResourcesOptions{
+		UseStatusResources: gates[string(features.InPlacePodVerticalScaling)],
+		InPlacePodLevelResourcesVerticalScalingEnabled: gates[string(features.InPlacePodLevelResourcesVerticalScaling)],
+		SkipPodLevelResources:                          !gates[string(features.PodLevelResources)],
+	}
 	var requests []map[string]any
-	for i := 0; i < 300; i++ {
-		p := genPod(i, "")
-		requests = append(requests, map[string]any{"pod": p, "requests": strs(resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}))})
+	for i := 0; i < 400; i++ {
+		node := ""
+		if i%2 == 1 {
+			node = "n0" // a running pod: its status may show a resize
+		}
+		p := genPod(i, node)
+		requests = append(requests, map[string]any{"pod": p, "requests": strs(resourcehelper.PodRequests(p.DeepCopy(), opts))})
 	}
 	out["podRequests"] = requests
 	var nodes []nodeCase
@@ -184,7 +324,11 @@ func main() {
 		for j := 0; j < r.Intn(3); j++ {
 			pods = append(pods, genPod(1000+10*i+j, node.Name))
 		}
-		ni := framework.NewNodeInfo(pods...)
+		var copies []*v1.Pod // the helpers may change a pod they are given (roundTrip says how)
+		for _, p := range pods {
+			copies = append(copies, p.DeepCopy())
+		}
+		ni := framework.NewNodeInfo(copies...)
 		ni.SetNode(node)
 		req := map[string]int64{"cpu": ni.Requested.MilliCPU, "memory": ni.Requested.Memory}
 		for n, v := range ni.Requested.ScalarResources {
@@ -192,7 +336,7 @@ func main() {
 		}
 		pod := genPod(5000+i, "")
 		var reasons []string
-		for _, ins := range noderesources.Fits(pod, ni, nil, noderesources.ResourceRequestsOptions{EnablePodLevelResources: true}) {
+		for _, ins := range noderesources.Fits(pod.DeepCopy(), ni, nil, noderesources.ResourceRequestsOptions{EnablePodLevelResources: true}) {
 			reasons = append(reasons, ins.Reason)
 		}
 		sort.Strings(reasons)
