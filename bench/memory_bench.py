@@ -3,7 +3,7 @@
     python bench/memory_bench.py                          # 1,000 nodes, 20,000 bound pods
     python bench/memory_bench.py --nodes 5000 --pods 150000
 
-etcd and kube-apiserver (1.32) run on loopback (``tests/e2e/controlplane.py``;
+etcd and kube-apiserver (the version of the binaries found) run on loopback (``tests/e2e/controlplane.py``;
 skipped without the binaries). Nodes are created as API objects, then pods that
 are already bound (``spec.nodeName`` set, so nothing is scheduled), shaped as a
 real API server returns a running Deployment's pod: labels, annotations, an
@@ -185,7 +185,7 @@ def main() -> int:
         scheduler.stop()
 
     print()
-    print(f"real kube-apiserver (1.32), {args.nodes:,} nodes, {args.pods:,} bound pods "
+    print(f"real kube-apiserver ({plane.binaries.version}), {args.nodes:,} nodes, {args.pods:,} bound pods "
           f"({json_bytes / 1024:.1f} KiB of JSON each as the API server returns them, {mf_bytes / 1024:.1f} KiB of it managedFields); "
           f"kpe cached {cached_nodes:,.0f} nodes and {cached_pods:,.0f} pods")
     print()

@@ -1,4 +1,4 @@
-"""Pods per second through a real kube-scheduler (1.32) and kube-apiserver: no
+"""Pods per second through a real kube-scheduler and kube-apiserver (the version of the binaries found): no
 extender, a do-nothing extender (the floor), and kpe with the shipped policies.
 
     python bench/scheduler_bench.py                         # 1,000 nodes, 1,000 pods, 3 pairs, names and nodes
@@ -266,7 +266,7 @@ def main() -> int:
                 process.stop()
 
     print()
-    print(f"real kube-scheduler and kube-apiserver (1.32), {args.nodes} nodes, "
+    print(f"real kube-scheduler and kube-apiserver ({plane.binaries.version}), {args.nodes} nodes, "
           + ", ".join(f"{n} pods per round ({m})" for m, n in pods_per_mode.items())
           + f", {args.pairs} alternating pairs, scheduler client qps {args.scheduler_qps:g}; pods/s from the first create to the last binding")
     print()
