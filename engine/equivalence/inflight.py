@@ -121,11 +121,7 @@ def count_in_flight(
     ``result`` in place."""
     if not on or counting.policies is None:
         return 0
-    if isinstance(nodes, NodesByName):
-        found = [nodes.states.get(name) for name in on]
-        objects = [s.node for s in found if s is not None]
-    else:
-        objects = [n for n, name in zip(nodes, node_names(nodes)) if name in on]
+    objects = _nodes_named(nodes, on)
     empty: Mapping[str, Any] = {"pods": [], "podCount": 0, "requested": {}}
     info: dict[str, Any] = {}
     requests: dict[int, Any] = {}
@@ -137,14 +133,9 @@ def count_in_flight(
         else:
             info[name] = {"pods": [*view["pods"], *pods], "podCount": view["podCount"] + len(pods), "requested": view["requested"]}
     again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline, counts=counts, namespaces=namespaces)
-    rejected = {**again.failed, **again.unresolvable}
-    if not rejected:
-        return 0
-    result.passed = [name for name in result.passed if name not in rejected]
-    for name, reason in rejected.items():
-        result.failed[name] = f"{reason} (counting {_named(on[name])} that kube-scheduler may have placed on this node and kpe has not yet seen bound)"
-    result.rejections = count_rules(result.failed.values(), result.unresolvable.values())
-    return len(rejected)
+    return _fail_rejected(
+        result, again, lambda name: f"counting {_named(on[name])} that kube-scheduler may have placed on this node and kpe has not yet seen bound"
+    )
 
 
 def _named(pods: list[Mapping[str, Any]]) -> str:
@@ -191,18 +182,27 @@ def count_across(
     policies = counting_policies(policy_set, result)
     if counts is None or not result.passed or not policies:
         return 0
-    passed = set(result.passed)
-    if isinstance(nodes, NodesByName):
-        objects = [s.node for name in result.passed if (s := nodes.states.get(name)) is not None]
-    else:
-        objects = [n for n, name in zip(nodes, node_names(nodes)) if name in passed]
+    objects = _nodes_named(nodes, dict.fromkeys(result.passed))
     again = filter_nodes(policy_set.subset(policies), pod, objects, node_info=node_info, now=now, deadline=deadline, counts=counts,
                          namespaces=namespaces)
+    return _fail_rejected(result, again, lambda _: "counting the pods kube-scheduler may have placed and kpe has not yet seen bound")
+
+
+def _nodes_named(nodes: Sequence[Mapping[str, Any]] | NodesByName, names: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The node objects of ``names`` (in their order when ``nodes`` are by name)."""
+    if isinstance(nodes, NodesByName):
+        return [s.node for name in names if (s := nodes.states.get(name)) is not None]
+    return [n for n, name in zip(nodes, node_names(nodes)) if name in names]
+
+
+def _fail_rejected(result: FilterResult, again: FilterResult, because: Callable[[str], str]) -> int:
+    """Fail in ``result`` the nodes the second evaluation ``again`` rejected, each reason
+    followed by what was counted there; how many it failed. Changes ``result`` in place."""
     rejected = {**again.failed, **again.unresolvable}
     if not rejected:
         return 0
     result.passed = [name for name in result.passed if name not in rejected]
     for name, reason in rejected.items():
-        result.failed[name] = f"{reason} (counting the pods kube-scheduler may have placed and kpe has not yet seen bound)"
+        result.failed[name] = f"{reason} ({because(name)})"
     result.rejections = count_rules(result.failed.values(), result.unresolvable.values())
     return len(rejected)

@@ -253,7 +253,7 @@ class _Checker:
         if isinstance(operand, ast.Ident) and operand.name == "variables" and not self.declared("variables"):
             found = self.variables.get(node.field, DYN)
             return optional_of(found) if node.optional else found
-        dotted = _dotted(node)
+        dotted = ast.dotted_name(node)
         if dotted is not None and dotted.lstrip(".") in _TYPE_NAMES and not self.declared(dotted.split(".")[0]):
             return TYPE
         base = self.visit(operand)
@@ -280,7 +280,7 @@ class _Checker:
         return self.problem(TYPE_MISMATCH, f"type '{base}' does not support field selection", _field_offset(node))
 
     def unknown_field(self, base: ObjectType, node: ast.Select | ast.Has | ast.Index, name: str) -> Type:
-        path = _dotted(node.operand)
+        path = ast.dotted_name(node.operand)
         where = str(base)
         if path is not None and path != base.label:
             where = f"{path} ({base})" if base.label not in ("object", "") else path
@@ -456,7 +456,7 @@ class _Checker:
     def visit_Call(self, node: ast.Call) -> Type:
         name, target = node.function, node.target
         if target is not None:
-            qualified = _dotted(target)
+            qualified = ast.dotted_name(target)
             if qualified is not None and not self.declared(qualified.split(".")[0]):
                 full = f"{qualified.lstrip('.')}.{name}"
                 root = qualified.lstrip(".").split(".")[0]
@@ -609,20 +609,6 @@ def _arithmetic(op: str, left: Type, right: Type) -> Type | None:
         return None
     if op in "+-" and {a, b} == {"timestamp", "duration"} and (op == "+" or a == "timestamp"):
         return TIMESTAMP
-    return None
-
-
-
-
-def _dotted(node: ast.Node) -> str | None:
-    """``a.b.c`` as a name, when the node is a chain of plain selections on an identifier."""
-    parts: list[str] = []
-    while isinstance(node, ast.Select) and not node.optional:
-        parts.append(node.field)
-        node = node.operand
-    if isinstance(node, ast.Ident):
-        parts.append(node.name)
-        return ".".join(reversed(parts))
     return None
 
 

@@ -224,20 +224,9 @@ class CodeGenerator(CallGenerator, FlowGenerator):
             raise self.error(f"undeclared reference to '{plain}'", node)
         return f"_unbound({plain!r})", "dyn"
 
-    def dotted(self, node: ast.Node) -> str | None:
-        """``a.b.c`` as a name, when the node is a chain of plain selections on an identifier."""
-        parts: list[str] = []
-        while isinstance(node, ast.Select) and not node.optional:
-            parts.append(node.field)
-            node = node.operand
-        if isinstance(node, ast.Ident):
-            parts.append(node.name)
-            return ".".join(reversed(parts))
-        return None
-
     def expr_Select(self, node: ast.Select) -> tuple[str, str]:
         if not node.optional:
-            name = self.dotted(node)
+            name = ast.dotted_name(node)
             if name is not None and not self._is_local_root(node):
                 plain = name.lstrip(".")
                 if plain in self.params:

@@ -162,6 +162,19 @@ def children(node: Node) -> list[Node]:
     return []
 
 
+def dotted_name(node: Node) -> str | None:
+    """``a.b.c`` as a name, when the node is a chain of plain selections on an identifier
+    (a namespaced function's name, a qualified variable)."""
+    parts: list[str] = []
+    while isinstance(node, Select) and not node.optional:
+        parts.append(node.field)
+        node = node.operand
+    if isinstance(node, Ident):
+        parts.append(node.name)
+        return ".".join(reversed(parts))
+    return None
+
+
 def free_variables(node: Node) -> frozenset[str]:
     """The identifiers a node reads that are not bound by an enclosing comprehension."""
     match node:
