@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the real control plane that kpe's end-to-end tests (tests/e2e/) run against: kube-apiserver and
-# kube-scheduler compiled from the Go module proxy, plus etcd from Debian's etcd-server package.
+# Builds the real control plane that kpe's end-to-end tests (tests/e2e/) run against: kube-apiserver,
+# kube-scheduler and kubectl compiled from the Go module proxy, plus etcd from Debian's etcd-server package.
+# kubectl is the real client the tests read `kubectl get` output with (printer columns, status).
 # docs/real-cluster.md explains what the tests need and how they find these binaries.
 #
 #   usage: tests/e2e/build-control-plane.sh VERSION        VERSION: 1.32 (v1.32.13) or 1.37 (v1.37.2)
@@ -62,7 +63,7 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
   ldflags+=" -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 done
 
-for cmd in kube-apiserver kube-scheduler; do
+for cmd in kube-apiserver kube-scheduler kubectl; do
   echo "building $cmd $k8s ..." >&2
   # -mod=mod lets the build fill go.sum (checked against the checksum database) for exactly the modules it uses.
   CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
@@ -76,6 +77,7 @@ cp "$(command -v etcd)" "$bin/etcd"
 
 "$bin/kube-apiserver" --version
 "$bin/kube-scheduler" --version
+"$bin/kubectl" version --client | head -1
 "$bin/etcd" --version | head -1
 echo "control plane binaries for Kubernetes $k8s in $bin; to run the end-to-end tests with them:"
 echo "export KPE_K8S_BIN=$bin"
