@@ -4,7 +4,10 @@
 # kubectl is the real client the tests read `kubectl get` output with (printer columns, status).
 # docs/real-cluster.md explains what the tests need and how they find these binaries.
 #
-#   usage: tests/e2e/build-control-plane.sh VERSION        VERSION: 1.32 (v1.32.13) or 1.37 (v1.37.2)
+#   usage: tests/e2e/build-control-plane.sh VERSION [COMMAND...]   VERSION: 1.32 (v1.32.13) or 1.37 (v1.37.2)
+#
+# COMMANDs (kube-apiserver, kube-scheduler, kubectl; all three when none is named) pick what to build, so
+# adding kubectl to an existing set does not rewrite the binaries running tests may be using.
 #
 # The binaries go to $KPE_K8S_BIN, or ~/.cache/kpe-k8s/VERSION/bin when it is unset; nothing is written into
 # the repository. The first build downloads a few hundred MB of modules into the Go module cache and compiles
@@ -15,8 +18,14 @@ version=${1:-}
 case $version in
   1.32) k8s=v1.32.13 staging=v0.32.13 ;;
   1.37) k8s=v1.37.2 staging=v0.37.2 ;;
-  *) echo "usage: $0 1.32|1.37" >&2; exit 2 ;;
+  *) echo "usage: $0 1.32|1.37 [kube-apiserver|kube-scheduler|kubectl ...]" >&2; exit 2 ;;
 esac
+shift
+commands=("$@")
+(( ${#commands[@]} > 0 )) || commands=(kube-apiserver kube-scheduler kubectl)
+for cmd in "${commands[@]}"; do
+  case $cmd in kube-apiserver|kube-scheduler|kubectl) ;; *) echo "$0: cannot build $cmd" >&2; exit 2 ;; esac
+done
 bin=${KPE_K8S_BIN:-$HOME/.cache/kpe-k8s/$version/bin}
 command -v go >/dev/null || { echo "$0: needs the go command (Go >= 1.23 for 1.32, >= 1.26 for 1.37)" >&2; exit 1; }
 mkdir -p "$bin"
@@ -63,21 +72,22 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
   ldflags+=" -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 done
 
-for cmd in kube-apiserver kube-scheduler kubectl; do
+for cmd in "${commands[@]}"; do
   echo "building $cmd $k8s ..." >&2
   # -mod=mod lets the build fill go.sum (checked against the checksum database) for exactly the modules it uses.
-  CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+  # Built beside the target and renamed over it: a control plane running from $bin keeps its old file.
+  CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$bin/.$cmd.new" "k8s.io/kubernetes/cmd/$cmd"
+  mv -f "$bin/.$cmd.new" "$bin/$cmd"
 done
 
 if ! command -v etcd >/dev/null; then
   sudo=""; [[ $(id -u) == 0 ]] || sudo=sudo
   $sudo apt-get update -qq && $sudo apt-get install -y -q etcd-server >/dev/null
 fi
-cp "$(command -v etcd)" "$bin/etcd"
+cmp -s "$(command -v etcd)" "$bin/etcd" || { cp "$(command -v etcd)" "$bin/.etcd.new" && mv -f "$bin/.etcd.new" "$bin/etcd"; }
 
-"$bin/kube-apiserver" --version
-"$bin/kube-scheduler" --version
-"$bin/kubectl" version --client | head -1
+for cmd in kube-apiserver kube-scheduler; do [[ -x $bin/$cmd ]] && "$bin/$cmd" --version; done
+[[ -x $bin/kubectl ]] && "$bin/kubectl" version --client | head -1
 "$bin/etcd" --version | head -1
 echo "control plane binaries for Kubernetes $k8s in $bin; to run the end-to-end tests with them:"
 echo "export KPE_K8S_BIN=$bin"
