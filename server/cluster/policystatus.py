@@ -176,7 +176,7 @@ class StatusWriter:
                 pass  # deleted meanwhile: the watch says so
             elif exc.status in (401, 403):
                 self.writes["forbidden"] += 1
-                log.error("kpe may not write the status of %s (%s %s): grant update on %s.kpe.dev/status (deploy/cluster-policies/rbac.yaml)",
+                log.error("kpe may not write the status of %s (%s %s): grant patch on %s.kpe.dev/status (deploy/cluster-policies/rbac.yaml)",
                           key.file, exc.status, exc.reason, PLURALS[key.kind])
             else:
                 self.writes["failed"] += 1
