@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from .controlplane import REPO, Binaries, ControlPlane, wait_until
+from .controlplane import CACHE, REPO, Binaries, ControlPlane, wait_until
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 POLICIES = "/apis/kpe.dev/v1alpha1/schedulingpolicies"
@@ -37,9 +37,12 @@ def install_crds(plane: ControlPlane) -> None:
 
 
 def kubectl(binaries: Binaries) -> Path | None:
-    """The kubectl built beside this version's control plane (tests/e2e/build-control-plane.sh), if there is one."""
-    path = binaries / "kubectl"
-    return path if path.is_file() and os.access(path, os.X_OK) else None
+    """The kubectl of this Kubernetes version (tests/e2e/build-control-plane.sh builds it into
+    ~/.cache/kpe-k8s/<version>/bin): beside the control plane, else in that version's folder."""
+    for path in (binaries / "kubectl", CACHE / binaries.version / "bin" / "kubectl"):
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def delete_all(plane: ControlPlane) -> None:

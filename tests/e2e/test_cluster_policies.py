@@ -149,7 +149,7 @@ def test_an_object_that_breaks_the_set_is_stored_not_served_and_its_status_says_
 def test_kubectl_get_shows_what_kpe_serves(cluster: Cluster, objects: ControlPlane, binaries: Binaries) -> None:
     client = kubectl(binaries)
     if client is None:
-        pytest.skip(f"no kubectl in {binaries.folder} (tests/e2e/build-control-plane.sh builds it)")
+        pytest.skip(f"no kubectl {binaries.version} beside {binaries.folder} or in ~/.cache/kpe-k8s/{binaries.version}/bin (tests/e2e/build-control-plane.sh builds it)")
     kpe = start(cluster)
     objects.api.create(POLICIES, pool_policy("a"))
     objects.api.create(POLICIES, gated("quota", "example.com/quota"))
