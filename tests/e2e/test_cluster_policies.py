@@ -135,6 +135,7 @@ def test_an_object_that_breaks_the_set_is_stored_not_served_and_its_status_says_
     edit(objects, "pool", pool_policy("b")["spec"])
     pool = ready(objects, "pool", 2, status="False")
     assert ready_of(pool)["reason"] == "SetNotServed" and "schedulingpolicy/second: spec.admission.gate" in ready_of(pool)["message"]
+    print("\n[e2e cluster policies] " + "\n".join(f"{name}: {ready_of(status_of(objects, f'{POLICIES}/{name}'))}" for name in ("first", "second", "pool")))
     cluster.api.pod(ns, "web-1")
     assert cluster.wait_bound(["web-1"])["web-1"] == f"{ns}-a", "placed under the last good set"
 
