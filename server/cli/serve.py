@@ -41,8 +41,12 @@ def cmd_serve(args: argparse.Namespace, out: Any) -> int:
     from server.cluster.policyobjects import PolicySourceError
     from server.http.listeners import run
 
-    run(app, settings)
-    # --policy-source cluster loads its first set in the lifespan: what stopped it.
+    try:
+        run(app, settings)
+    except SystemExit:
+        # uvicorn exits when the lifespan fails; --policy-source cluster loads its first set there.
+        if getattr(app.state, "startup_error", None) is None:
+            raise
     failed = getattr(app.state, "startup_error", None)
     if isinstance(failed, PolicyLoadError):
         out.write(failed.render() + "\n\nkpe serve: the policies in the cluster have errors; nothing to serve.\n")
