@@ -14,7 +14,7 @@ import pytest
 
 from .conftest import Cluster, Kpe
 from .controlplane import REPO, Binaries, ControlPlane, wait_until
-from .crds import POLICIES, delete_all, install_crds, kubectl, ready_of, status_of
+from .crds import POLICIES, RESERVATIONS, delete_all, install_crds, kubectl, ready_of, status_of
 
 SOURCE = ("--policy-source", "cluster", "--allow-empty-policies", "--controllers", "gates,reservations,requeue,status")
 
@@ -167,5 +167,15 @@ def test_kubectl_get_shows_what_kpe_serves(cluster: Cluster, objects: ControlPla
     served = kpe.generation()
     assert [row[:5] for row in rows] == [["pool", "Enforce", "filter", "True", served], ["quota", "Enforce", "admission", "True", served]]
     assert get("get", "spol", "pool", "-o", "jsonpath={.status.observedGeneration}") == "1"
+    # A Reservation (no slot: no placeholder pod), and both kinds under the category `kpe`.
+    objects.api.create(RESERVATIONS, {"apiVersion": "kpe.dev/v1alpha1", "kind": "Reservation", "metadata": {"name": "spare"},
+                                      "spec": {"slots": 0, "template": {"resources": {"requests": {"cpu": "1"}}}}})
+    wait_until(lambda: ready_of(status_of(objects, f"{RESERVATIONS}/spare")).get("status") == "True", 10, "the reservation's status")
+    reservations = get("get", "kres")
+    print(reservations)
+    header, row = [line.split() for line in reservations.strip().splitlines()]
+    assert header == ["NAME", "SLOTS", "MODE", "READY", "SERVED", "AGE"] and row[:5] == ["spare", "0", "Required", "True", kpe.generation()]
+    listed = get("get", "kpe", "-o", "name").split()
+    assert sorted(listed) == ["reservation.kpe.dev/spare", "schedulingpolicy.kpe.dev/pool", "schedulingpolicy.kpe.dev/quota"]
     edit(objects, "pool", pool_policy("b")["spec"])
     wait_until(lambda: get("get", "spol", "pool", "-o", "jsonpath={.status.observedGeneration}") == "2", 10, "observedGeneration to follow the edit")
