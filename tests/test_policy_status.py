@@ -86,6 +86,9 @@ def test_a_refused_object_says_why_with_its_field_paths_and_the_others_keep_what
                    f"(schedulingpolicy/first); each policy needs a gate of its own (KPE404); kpe keeps serving policy set generation {good}",
     }
     assert refused["servedGeneration"] == good and refused["decisions"] == "admission"
+    # kstatus (Flux) reads Stalled, not Ready: a refused object is failed, not in progress until a timeout.
+    assert [c["type"] for c in refused["conditions"]] == ["Ready", "Stalled"]
+    assert refused["conditions"][1] == {**refused["conditions"][0], "type": "Stalled", "status": "True"}
     # What the set serves is unchanged: still Ready, and its condition says what is wrong elsewhere.
     unchanged = status(store, policy("first", GATED), current=before, now=LATER)
     assert unchanged is not None and unchanged["conditions"][0] == {
@@ -95,6 +98,7 @@ def test_a_refused_object_says_why_with_its_field_paths_and_the_others_keep_what
     }
     # The edit made meanwhile is not served: another object broke the set.
     waiting = status(store, edited)
+    assert waiting is not None and [(c["type"], c["status"]) for c in waiting["conditions"]] == [("Ready", "False"), ("Stalled", "True")]
     assert waiting is not None and (waiting["conditions"][0]["reason"], waiting["conditions"][0]["message"]) == (
         "SetNotServed",
         "not served: the policy set with it is refused: schedulingpolicy/second: spec.admission.gate: scheduling gate 'example.com/quota' is also "

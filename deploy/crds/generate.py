@@ -50,7 +50,7 @@ CONDITION: Schema = {
     "type": "object",
     "required": ["type", "status", "reason", "message", "lastTransitionTime"],
     "properties": {
-        "type": {"type": "string", "description": "Ready: the object is part of the set kpe serves."},
+        "type": {"type": "string", "description": "Ready: the object is part of the set kpe serves. Stalled (only while Ready is False): kstatus' name for it."},
         "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
         "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0, "description": "The metadata.generation the condition was worked out for."},
         "lastTransitionTime": {"type": "string", "format": "date-time", "description": "When status last changed."},

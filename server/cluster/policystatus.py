@@ -5,8 +5,11 @@ Per object: ``observedGeneration`` (the ``metadata.generation`` judged), the con
 ``Ready`` (True: served in the set kpe serves; False with reason ``Invalid`` when the object
 itself is refused, naming each error's field path, or ``SetNotServed`` when another object broke
 the set and this version of it is not served), ``servedGeneration`` (the generation of the set
-kpe serves), ``decisions`` and ``warnings``. That is what Flux's kstatus reads of any object
-(observedGeneration, then Ready), and what docs/gitops.md's Argo CD health check reads.
+kpe serves), ``decisions`` and ``warnings``. While Ready is False, the condition ``Stalled`` is
+True with the same reason and message: kstatus (Flux's health checks, ``kubectl wait``-style
+tools) reads observedGeneration and the abnormal-true conditions ``Reconciling`` and ``Stalled``
+of any object, and reports a stalled one as failed instead of waiting out its timeout. Argo CD
+reads Ready through deploy/argocd/health.lua.
 
 Only the Lease's leader writes, through the status subresource (a write never touches the
 spec users and GitOps tools own), and only when the status it works out differs from the
@@ -42,6 +45,7 @@ log = logging.getLogger("kpe.policies")
 
 Obj = dict[str, Any]
 READY = "Ready"
+STALLED = "Stalled"  # kstatus' abnormal-true condition: True while kpe does not serve the object's generation
 SERVED, INVALID, SET_NOT_SERVED = "Served", "Invalid", "SetNotServed"
 MESSAGE_LIMIT = 4000  # a condition's message is read in `kubectl describe`; the errors are all in kpe's log
 RESYNC_S = 60.0
@@ -103,17 +107,16 @@ def desired_status(obj: PolicyObject, current: Obj | None, *, outcome: LoadOutco
     if (obj.key, obj.generation) not in outcome.objects:
         return None
     status, reason, message = ready_condition(obj, outcome, served, serving)
-    previous = next((c for c in (current or {}).get("conditions") or [] if isinstance(c, dict) and c.get("type") == READY), None)
-    since = previous.get("lastTransitionTime") if previous is not None and previous.get("status") == status else None
-    condition = {
-        "type": READY,
-        "status": status,
-        "observedGeneration": obj.generation,
-        "lastTransitionTime": since or rfc3339(now),
-        "reason": reason,
-        "message": _limited(message),
-    }
-    out: Obj = {"observedGeneration": obj.generation, "servedGeneration": serving.generation, "decisions": decisions(obj), "conditions": [condition]}
+    had = {c.get("type"): c for c in (current or {}).get("conditions") or [] if isinstance(c, dict)}
+
+    def condition(kind: str, value: str) -> Obj:
+        previous = had.get(kind)
+        since = previous.get("lastTransitionTime") if previous is not None and previous.get("status") == value else None
+        return {"type": kind, "status": value, "observedGeneration": obj.generation, "lastTransitionTime": since or rfc3339(now),
+                "reason": reason, "message": _limited(message)}
+
+    conditions = [condition(READY, status)] + ([condition(STALLED, "True")] if status == "False" else [])
+    out: Obj = {"observedGeneration": obj.generation, "servedGeneration": serving.generation, "decisions": decisions(obj), "conditions": conditions}
     found = warnings(obj, serving) if status == "True" else []
     if found:
         out["warnings"] = found

@@ -129,6 +129,7 @@ def test_an_object_that_breaks_the_set_is_stored_not_served_and_its_status_says_
         f"each policy needs a gate of its own (KPE404); kpe keeps serving policy set generation {good}"
     )
     assert second["servedGeneration"] == good and kpe.generation() == good
+    assert [(c["type"], c["status"]) for c in second["conditions"]] == [("Ready", "False"), ("Stalled", "True")], "kstatus reads Stalled"
     assert ready_of(status_of(objects, f"{POLICIES}/first"))["status"] == "True", "what the set serves stays Ready"
 
     # An edit made while the set is broken is not served: the last good set keeps deciding.
