@@ -61,9 +61,50 @@ class PodState:
     state: str  # pending | gated | bound | finished | deleting
     kpe_decides: bool
     notes: list[str] = field(default_factory=list)
+    scheduled: dict[str, str] | None = None  # the pod's PodScheduled condition read (``scheduled_condition``)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "kpeDecides": self.kpe_decides, "notes": list(self.notes)}
+        return {"state": self.state, "kpeDecides": self.kpe_decides, "notes": list(self.notes), "podScheduled": self.scheduled}
+
+
+# The reason the API server gives a pod created with scheduling gates (pkg/registry/core/pod
+# strategy.go, applySchedulingGatedCondition; the same in 1.32 and 1.37): written once, at
+# creation, and replaced only when kube-scheduler next writes the condition.
+SCHEDULING_GATED = "SchedulingGated"
+
+
+def scheduled_condition(pod: Mapping[str, Any]) -> dict[str, str] | None:
+    """The pod's PodScheduled condition when it says the pod is not scheduled, with what it means
+    (``meaning``): who wrote it and whether it is a rejection at all. None without one.
+
+    Who writes it, read from kube-scheduler 1.32 and 1.37.2: the API server, ``SchedulingGated``,
+    when a pod is created with gates (kept after the gates go, until kube-scheduler writes the
+    condition again: so it is no rejection, by kpe or anyone); kube-scheduler, ``Unschedulable`` or
+    ``SchedulerError``, after a scheduling attempt (extenders' reasons included in the message).
+    A PreEnqueue plugin's verdict (gates, a pod group short of members) is never written: kube-scheduler
+    1.37.2 has no SchedulerPreEnqueuePodStatus feature, so a pod held before the queue keeps what was there."""
+    conditions = (pod.get("status") or {}).get("conditions")
+    if not isinstance(conditions, list):
+        return None
+    found = next((c for c in conditions if isinstance(c, Mapping) and c.get("type") == "PodScheduled"), None)
+    if found is None or found.get("status") != "False":
+        return None
+    reason, message = str(found.get("reason") or ""), str(found.get("message") or "")
+    gates = gate_names(pod)
+    if reason == SCHEDULING_GATED and gates:
+        meaning = ("written by the API server when the pod was created with scheduling gates: not a rejection, "
+                   "kube-scheduler has not tried the pod")
+    elif reason == SCHEDULING_GATED:
+        meaning = ("written by the API server at creation, when the pod still had scheduling gates: not a rejection; "
+                   "the gates are gone and kube-scheduler has not written the condition since (it has not tried the pod yet, "
+                   "or another PreEnqueue plugin holds it, such as a pod group waiting for its members)")
+    elif reason == "Unschedulable":
+        meaning = "kube-scheduler's last attempt found no node (its plugins' and extenders' reasons, kpe's among them)"
+    elif reason == "SchedulerError":
+        meaning = "kube-scheduler's last attempt failed with an error, not a decision about nodes"
+    else:
+        meaning = f"reason {reason or '(none)'}"
+    return {"reason": reason, "message": message, "meaning": meaning}
 
 
 @dataclass
@@ -116,7 +157,7 @@ def pod_state(
             "What follows is what the policies would say if it were scheduled now."
         )
         return PodState("bound", False, [note])
-    state = PodState("gated" if gates else "pending", True)
+    state = PodState("gated" if gates else "pending", True, scheduled=scheduled_condition(pod))
     if foreign:
         which = f"a scheduling gate kpe did not add ({foreign[0]})" if len(foreign) == 1 else f"scheduling gates kpe did not add ({', '.join(foreign)})"
         state.notes.append(
@@ -287,4 +328,4 @@ def diagnose(
     )
 
 
-__all__ = ["Diagnosis", "EvictionVerdict", "PodState", "diagnose", "gate_states", "pod_state", "preemption_verdicts", "preemption_vetoes"]
+__all__ = ["Diagnosis", "EvictionVerdict", "PodState", "SCHEDULING_GATED", "diagnose", "gate_states", "pod_state", "preemption_verdicts", "preemption_vetoes", "scheduled_condition"]
