@@ -92,9 +92,25 @@ def test_a_pod_finished_or_deleted_stops_counting() -> None:
 def test_a_later_answer_for_the_same_pod_replaces_the_earlier_one() -> None:
     flight = InFlight(clock=Clock())
     flight.passed(pod("a1"), ["n1", "n2"])
-    flight.passed(pod("a1"), ["n3"])  # another attempt, or with gang scheduling another candidate placement
+    flight.passed(pod("a1"), ["n3"])  # another attempt
     assert list(flight.on(["n1", "n2", "n3"])) == ["n3"]
     flight.passed(pod("a1"), [])  # no node passed: it can be nowhere
+    assert len(flight) == 0
+
+
+def test_a_filter_of_a_pod_group_member_is_no_placement_it_counts_only_once_nominated_or_bound() -> None:
+    """kube-scheduler filters a group's pods once per candidate placement, the earlier ones placed
+    only in its own books: counted on every node they passed, the first member would keep a
+    one-per-node filter from passing the second anywhere in the placement."""
+    flight = InFlight(clock=Clock())
+    member = pod("g1")
+    member["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    flight.passed(member, ["n1", "n2", "n3"])
+    assert len(flight) == 0 and flight.on(["n1", "n2", "n3"]) == {}
+    nominated = {**member, "status": {"phase": "Pending", "nominatedNodeName": "n2"}}
+    flight.seen(nominated)  # kube-scheduler names the member's node before binding it: that is a placement
+    assert list(flight.on(["n1", "n2", "n3"])) == ["n2"]
+    flight.seen({**member, "spec": {**member["spec"], "nodeName": "n2"}})
     assert len(flight) == 0
 
 

@@ -24,6 +24,17 @@ them is conservative; it can reject a node the pod would have fit, and kube-sche
 tries the pod again on the next cluster event, which the binding of the pod in flight is.
 ``docs/policies.md`` explains the trade-off.
 
+A pod of a pod group (``spec.schedulingGroup``, the Workload API, beta in 1.37 behind
+GenericWorkload) is never recorded from a filter: kube-scheduler filters such a pod once per
+candidate placement of its group, against that placement's nodes, with the group's earlier pods
+placed only tentatively in its own books (``podGroupSchedulingPlacementAlgorithm``,
+pkg/scheduler/schedule_one_podgroup.go), and keeps at most one placement. A filter call there is
+no placement at all: counting each member on every node it passed would count the first member
+on every node of the placement when the second is filtered, and a filter that allows one such
+pod a node would reject the rest of the group everywhere, at every attempt. Such a pod counts
+once kube-scheduler names its node (``status.nominatedNodeName``) or it is seen bound;
+``docs/gangs.md`` says what else kpe cannot see of a group.
+
 Written on the event loop (filter answers, watch events), read by the evaluation
 worker: readers take copies made in C.
 """
@@ -53,6 +64,14 @@ DEFAULT_TTL_S = 30.0
 MAX_PODS = 10_000
 
 
+def in_pod_group(pod: Obj) -> bool:
+    """Whether kube-scheduler schedules ``pod`` with its pod group (``spec.schedulingGroup``,
+    1.36 on; the API server drops the field unless GenericWorkload is on)."""
+    spec = pod.get("spec")
+    group = spec.get("schedulingGroup") if isinstance(spec, Mapping) else None
+    return isinstance(group, Mapping) and bool(group.get("podGroupName"))
+
+
 class InFlight:
     """The pods in flight and the nodes each counts on (see the module docstring)."""
 
@@ -75,8 +94,9 @@ class InFlight:
 
     def passed(self, pod: Obj, nodes: Iterable[str]) -> None:
         """kpe's filter passed ``pod`` on ``nodes``: it counts there until it is seen placed
-        (this answer replaces any earlier one for the pod)."""
-        if not self.enabled:
+        (this answer replaces any earlier one for the pod). Not for a pod of a pod group,
+        whose filters are per candidate placement (see the module docstring)."""
+        if not self.enabled or in_pod_group(pod):
             return
         key = pod_key(pod)
         held = self._pods.get(key)
