@@ -42,7 +42,7 @@ worker: readers take copies made in C.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.cluster.kubefilters import priority as pod_priority
@@ -62,6 +62,41 @@ DEFAULT_TTL_S = 30.0
 # extender, a Permit plugin) comes near it. Each holds its pod and its set of nodes, and pods
 # passed on the same nodes (most of a burst) share one set.
 MAX_PODS = 10_000
+
+
+# Pods named in a rejection that counted them, at most.
+NAMED = 3
+
+
+def _named(pods: Sequence[Obj], what: str) -> str:
+    names = []
+    for pod in pods[:NAMED]:
+        meta = pod.get("metadata") or {}
+        names.append(f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}")
+    more = f" and {len(pods) - NAMED} more" if len(pods) > NAMED else ""
+    return f"{len(pods)} pod{'s' if len(pods) != 1 else ''} {what} ({', '.join(names)}{more})"
+
+
+def nominated_to(pod: Obj) -> str:
+    status = pod.get("status")
+    node = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
+    return node if isinstance(node, str) else ""
+
+
+def counted_note(pods: Sequence[Obj], node: str) -> str:
+    """What a rejection counted on ``node`` besides its bound pods, for the reason's parenthesis:
+    the pods nominated to it (kube-scheduler holds their room: a preemptor waiting for its
+    victims, a pod about to be bound), named as such, and the pods kpe passed there and has not
+    seen placed."""
+    nominated = [p for p in pods if nominated_to(p) == node]
+    passed = [p for p in pods if nominated_to(p) != node]
+    parts = []
+    if nominated:
+        held = "it" if len(nominated) == 1 else "them"
+        parts.append(f"{_named(nominated, 'nominated to this node')}, whose room kube-scheduler holds for {held}")
+    if passed:
+        parts.append(f"{_named(passed, 'in flight')} that kube-scheduler may have placed on this node and kpe has not yet seen bound")
+    return "counting " + " and ".join(parts)
 
 
 def in_pod_group(pod: Obj) -> bool:
