@@ -326,6 +326,8 @@ def test_the_grace_period_is_kept_for_a_placeholder_deleted_after_non_owners_ran
         wait_for(lambda: "kpe-train-0" in placeholders(api))
         back = time.monotonic() - deleted
         assert back >= 0.45, f"the placeholder came back after {back:.2f}s, within the grace period of 0.5s"
+        # The Event is posted once the create has been answered: a moment after the placeholder shows.
+        wait_for(lambda: any(e["reason"] == "ReservedSlotRestored" for e in api.state.events))
         restored = [e["message"] for e in api.state.events if e["reason"] == "ReservedSlotRestored"]
         assert restored == ["holds slot 0 of reservation train again (placeholder deleted) (preferring node node-1, where the slot was)"]
         assert "created placeholder kpe-system/kpe-train-0: placeholder deleted" in caplog.messages
