@@ -376,3 +376,27 @@ def test_the_preempt_verb_keeps_the_preemptor_off_a_node_whose_room_a_nominated_
             "still rejected with the victims evicted: one-per-team/spread: a pod of this team already runs here "
             "(counting 1 pod nominated to this node (apps/p1), whose room kube-scheduler holds for it)"
         )}
+
+
+def test_kpe_explain_pod_counts_a_nominated_pod_after_the_evictions_as_the_preempt_verb_does() -> None:
+    from engine.policy.loader import load_text
+    from engine.reports.diagnosis.diagnose import diagnose
+
+    node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "1", "pods": "110"}}}
+    victim = pod("v1", team="b", node="n1", phase="Running", priority=0)
+    victim["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    urgent = pod("urgent", priority=1000)
+    urgent["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    nominated = pod("p1", nominated="n1", priority=1000)
+    nominated["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "0"
+    policies = load_text(ONE_PER_TEAM)
+
+    alone = diagnose(policies, urgent, [node], cluster_pods=[victim]).eviction["n1"]
+    assert alone.possible, alone
+    held = diagnose(policies, urgent, [node], cluster_pods=[victim, nominated]).eviction["n1"]
+    assert not held.possible and held.reason == (
+        "kpe refuses: still rejected with the victims evicted: one-per-team/spread: a pod of this team already runs here "
+        "(counting 1 pod nominated to this node (apps/p1), whose room kube-scheduler holds for it)"
+    )
+    lower = {**nominated, "spec": {**nominated["spec"], "priority": 10}}  # kube-scheduler lets urgent take its room
+    assert diagnose(policies, urgent, [node], cluster_pods=[victim, lower]).eviction["n1"].possible
