@@ -189,15 +189,16 @@ def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, 
 
 
 def scheduler_config(plane: ControlPlane, url: str | None, *, node_cache_capable: bool = True, drop_preempt: bool = False,
-                     policies: Path = POLICIES) -> dict[str, Any]:
+                     policies: Path = POLICIES, scheduler_name: str = "") -> dict[str, Any]:
     """kube-scheduler's configuration: ``kpe scheduler-config`` for an extender at ``url`` (None: no extender),
-    with leader election off."""
+    with leader election off; with ``scheduler_name``, kpe's own scheduler (``--scheduler-name``, deploy/scheduler/)."""
     if url is None:
         config: dict[str, Any] = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
                                   "clientConnection": {"kubeconfig": str(plane.kubeconfig)}}
     else:
         argv = [kpe_executable(), "scheduler-config", "--policies", str(policies), "--url", url, "--kubeconfig", str(plane.kubeconfig),
                 "--node-cache-capable" if node_cache_capable else "--no-node-cache-capable"]
+        argv += ["--scheduler-name", scheduler_name] if scheduler_name else []
         config = yaml.safe_load(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
         if drop_preempt:
             for extender in config["extenders"]:

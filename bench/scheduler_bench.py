@@ -25,7 +25,14 @@ Setups alternate within each pair (none, floor, kpe, none, floor, kpe, ...):
   the one kpe serves with (a stricter floor: what any extender on this stack
   could reach by parsing HTTP in C);
 - kpe: ``kpe serve`` on ``policies/`` (plain HTTP, ``--cluster on``, a fresh
-  process per round), its entry from ``kpe scheduler-config``.
+  process per round), its entry from ``kpe scheduler-config``: kpe on the default
+  scheduler, whose every profile then has the extender, so no pod is batched
+  (OpportunisticBatching, KEP-5598: a profile with extenders signs no pod);
+- own: kpe's own scheduler beside the default one, as deploy/scheduler/ runs it
+  (``kpe scheduler-config --scheduler-name kpe-scheduler``, a second kube-scheduler
+  process): every other pod (``--own-share``, half by default) names it in
+  ``spec.schedulerName`` and goes through kpe, the rest go to the default scheduler
+  without an extender, batched. The round line adds each scheduler's own pods/s.
 
 Modes: ``names`` (nodeCacheCapable: true) and ``nodes`` (whole Node objects,
 ``--no-node-cache-capable``; 300 pods a round by default, ``--pods-whole-nodes``).
@@ -82,18 +89,25 @@ TEMPLATES = [
 ]
 
 
-def pod(i: int, round_: int) -> dict[str, Any]:
+OWN_SCHEDULER = "kpe-scheduler"  # the own setup's second kube-scheduler, kpe's (deploy/scheduler/)
+
+
+def pod(i: int, round_: int, *, scheduler_name: str = "") -> dict[str, Any]:
     t = i % len(TEMPLATES)
     labels = {"app": f"app-{t}", "pod-template-hash": f"5d8f{t}c7b9", **TEMPLATES[t]}
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"app-{t}-r{round_}-{i:05d}", "namespace": NAMESPACE, "labels": labels},
-        "spec": {
-            "containers": [{"name": "main", "image": f"registry.example.com/app-{t}:1.0",
-                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}}],
-            "terminationGracePeriodSeconds": 30,
-        },
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": f"registry.example.com/app-{t}:1.0",
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}}],
+        "terminationGracePeriodSeconds": 30,
     }
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"app-{t}-r{round_}-{i:05d}", "namespace": NAMESPACE, "labels": labels}, "spec": spec}
+
+
+def to_own(i: int, share: float) -> bool:
+    """Whether pod ``i`` goes to kpe's own scheduler: spread evenly through the round, ``share`` of them."""
+    return share > 0 and int((i + 1) * share) != int(i * share)
 
 
 class BindWatch(threading.Thread):
@@ -132,12 +146,19 @@ class BindWatch(threading.Thread):
 
 
 def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pods: int, round_: int, timeout: float,
-              cpu: dict[str, float], extender_pid: int | None) -> tuple[float, float]:
-    """Restart kube-scheduler with ``config``, create the pods; returns pods/s from the first create to the
-    last binding, and the seconds the creates took. Adds each process's CPU seconds over the round to ``cpu``."""
+              cpu: dict[str, float], extender_pid: int | None, *, own: dict[str, Any] | None = None, own_share: float = 0.0,
+              split: dict[str, float] | None = None) -> tuple[float, float]:
+    """Restart kube-scheduler with ``config`` (and with ``own``, kpe's own scheduler beside it, which
+    ``own_share`` of the pods name), create the pods; returns pods/s from the first create to the
+    last binding, and the seconds the creates took. Adds each process's CPU seconds over the round to
+    ``cpu``; with ``own``, ``split`` gets each scheduler's own pods/s (its pods over the time to its last binding)."""
     scheduler = rc.start_scheduler(config, workdir, name=f"kube-scheduler-{round_}")
+    schedulers = [scheduler]
     pids = {p.name: p.popen.pid for p in plane.processes if p.alive()}
     pids["kube-scheduler"] = scheduler.popen.pid
+    if own is not None:
+        schedulers.append(rc.start_scheduler(own, workdir, name=f"{OWN_SCHEDULER}-{round_}"))
+        pids[OWN_SCHEDULER] = schedulers[-1].popen.pid
     if extender_pid is not None:
         pids["extender"] = extender_pid
     before = {name: rc.cpu_seconds(pid) for name, pid in pids.items()}
@@ -147,16 +168,23 @@ def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pod
         watch.start()
         time.sleep(0.2)  # the watch is established
         t0 = time.monotonic()
-        created = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod(i, round_)) for i in range(pods)], 16)
+        bodies = [pod(i, round_, scheduler_name=OWN_SCHEDULER if own is not None and to_own(i, own_share) else "") for i in range(pods)]
+        created = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body) for body in bodies], 16)
         if not watch.done.wait(timeout):
-            raise RuntimeError(f"round {round_}: {len(watch.bound)} of {pods} pods bound after {timeout:.0f} s\n" + scheduler.tail(20))
+            raise RuntimeError(f"round {round_}: {len(watch.bound)} of {pods} pods bound after {timeout:.0f} s\n" + "\n".join(s.tail(20) for s in schedulers))
         if watch.error is not None:
             raise watch.error
         for name, pid in pids.items():
             cpu[name] = rc.cpu_seconds(pid) - before[name]
+        if own is not None and split is not None:
+            for who, mine in (("kpe's pods", True), ("others", False)):
+                times = [watch.bound[b["metadata"]["name"]] for b in bodies if bool(b["spec"].get("schedulerName")) == mine]
+                if times:
+                    split[who] = len(times) / (max(times) - t0)
         return pods / (max(watch.bound.values()) - t0), created
     finally:
-        scheduler.stop()
+        for s in schedulers:
+            s.stop()
 
 
 def kpe_stats(url: str) -> dict[str, float]:
@@ -185,7 +213,9 @@ def main() -> int:
                          "(default 300, to keep the default run near 6 minutes; 0: --pods)")
     ap.add_argument("--pairs", type=int, default=3, help="rounds of each setup, alternating (default 3)")
     ap.add_argument("--modes", default="names,nodes", help="names (nodeCacheCapable), nodes (whole nodes), or both")
-    ap.add_argument("--setups", default="none,floor,kpe")
+    ap.add_argument("--setups", default="none,floor,kpe", help="of none, floor, floor-httptools, kpe, own (default none,floor,kpe)")
+    ap.add_argument("--own-share", type=float, default=0.5,
+                    help="with the own setup, the share of the pods that name kpe's own scheduler (default 0.5)")
     ap.add_argument("--round-timeout", type=float, default=600)
     ap.add_argument("--scheduler-qps", type=float, default=5000,
                     help="kube-scheduler's clientConnection qps and burst (default 5000, as Kubernetes' scheduler_perf sets them; "
@@ -200,10 +230,11 @@ def main() -> int:
     rc.skip_without_binaries()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     setups = [s.strip() for s in args.setups.split(",") if s.strip()]
-    assert set(modes) <= {"names", "nodes"} and set(setups) <= {"none", *FLOORS, "kpe"}, "unknown mode or setup"
+    assert set(modes) <= {"names", "nodes"} and set(setups) <= {"none", *FLOORS, "kpe", "own"}, "unknown mode or setup"
+    assert 0 < args.own_share <= 1, "--own-share is a share of the pods, above 0 and at most 1"
     sources: dict[str, Path | None] = {"kpe": None} | {f"kpe ({Path(d).name})": Path(d).resolve() for d in args.also_source}
     setups += list(sources)[1:]
-    kpes = [s for s in setups if s in sources]
+    kpes = [s for s in setups if s in sources or s == "own"]
 
     started = time.monotonic()
     results: dict[tuple[str, str], list[float]] = {}
@@ -239,19 +270,27 @@ def main() -> int:
                 for pair, setup in itertools.product(range(args.pairs), setups):
                     round_ += 1
                     kpe = None
+                    own = None
                     if setup == "none":
                         config = rc.scheduler_config(plane, None)
+                    elif setup == "own":
+                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", policies=policies)
+                        config = rc.scheduler_config(plane, None)
+                        own = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names, policies=policies, scheduler_name=OWN_SCHEDULER)
                     elif setup in FLOORS:
                         config = rc.scheduler_config(plane, f"http://127.0.0.1:{floors[setup][1]}/scheduler", node_cache_capable=names, drop_preempt=True)
                     else:
                         kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=sources[setup], policies=policies)
                         config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names, policies=policies)
                     if args.scheduler_qps > 0:
-                        config["clientConnection"].update(qps=args.scheduler_qps, burst=int(args.scheduler_qps))
+                        for c in (config, own) if own is not None else (config,):
+                            c["clientConnection"].update(qps=args.scheduler_qps, burst=int(args.scheduler_qps))
                     cpu: dict[str, float] = {}
+                    split: dict[str, float] = {}
                     extender_pid = kpe.process.popen.pid if kpe is not None else floors[setup][0].popen.pid if setup in floors else None
                     try:
-                        rate, created = one_round(plane, workdir, config, pods, round_, args.round_timeout, cpu, extender_pid)
+                        rate, created = one_round(plane, workdir, config, pods, round_, args.round_timeout, cpu, extender_pid,
+                                                  own=own, own_share=args.own_share, split=split)
                         if kpe is not None:
                             stats.setdefault((mode, setup), []).append(kpe_stats(kpe.url))
                     finally:
@@ -260,7 +299,8 @@ def main() -> int:
                     results.setdefault((mode, setup), []).append(rate)
                     cpu_ms.setdefault((mode, setup), []).append({k: 1000 * v / pods for k, v in cpu.items()})
                     deleted = rc.delete_pods(plane, NAMESPACE)
-                    print(f"  {mode:5} pair {pair + 1} {setup:5}: {rate:7.1f} pods/s   (created in {created:.1f} s, deleted in {deleted:.1f} s)", flush=True)
+                    each = ("; " + ", ".join(f"{who} {r:.1f} pods/s" for who, r in split.items())) if split else ""
+                    print(f"  {mode:5} pair {pair + 1} {setup:5}: {rate:7.1f} pods/s   (created in {created:.1f} s, deleted in {deleted:.1f} s{each})", flush=True)
         finally:
             for process, _ in floors.values():
                 process.stop()
@@ -283,7 +323,7 @@ def main() -> int:
     print()
     print("CPU ms per pod over a round, median of the rounds (from /proc/PID/stat; the script creating pods is not counted):")
     print()
-    procs = ["etcd", "kube-apiserver", "kube-scheduler", "extender"]
+    procs = ["etcd", "kube-apiserver", "kube-scheduler", *([OWN_SCHEDULER] if "own" in setups else []), "extender"]
     print("| mode | setup | " + " | ".join(procs) + " | all |")
     print("|" + " --- |" * (len(procs) + 3))
     for mode in modes:
@@ -309,7 +349,7 @@ def main() -> int:
                 hits = f"{100 * total[f'{verb}_hit'] / looked:.1f}% of {looked:,.0f} nodes" if looked else "n/a (whole nodes)"
                 nodes = f"{total[f'{verb}_nodes'] / n:.0f}" if verb != "preempt" else "-"
                 print(f"| {mode} | {kpe_setup} | {verb} | {n:,.0f} | {1000 * total[f'{verb}_s'] / n:.2f} | {nodes} | {hits} |")
-            pods = pods_per_mode[mode] * len(rounds)
+            pods = pods_per_mode[mode] * len(rounds) * (args.own_share if kpe_setup == "own" else 1)  # the pods kpe was asked about
             requests_s = sum(total[f"{verb}_s"] for verb in ("filter", "prioritize", "preempt"))
             loops.append(f"{kpe_setup}'s event loop per scheduled pod ({mode}): {1000 * requests_s / pods:.2f} ms answering the scheduler, "
                          f"{1000 * total.get('ahead_s', 0.0) / pods:.2f} ms working out prioritize answers ahead, "

@@ -221,16 +221,19 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
             from server.cluster.cache import ClusterCache
 
             state.client.measure(state.metrics.kube_api_requests)
-            state.cache = ClusterCache(
-                state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s, policies=store, in_flight=InFlight(ttl=settings.in_flight_s)
-            )
-            tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
-            tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
             controllers = settings.controller_set
+            requeue = None
             if "requeue" in controllers and settings.requeue_rate > 0:
                 from server.admission.requeue import Requeuer
 
                 requeue = state.requeue = Requeuer(rate=settings.requeue_rate)
+            state.cache = ClusterCache(
+                state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s, policies=store, in_flight=InFlight(ttl=settings.in_flight_s),
+                on_event=requeue.pod_event if requeue is not None else None,  # a placeholder bound: its owners are retried
+            )
+            tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
+            tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
+            if requeue is not None:
                 state.cache.namespaces.on_change = requeue.namespace_changed
                 tasks.append(asyncio.create_task(requeue.run(state, stop), name="requeue-after-reload"))
             if controllers & {"gates", "reservations", "status"}:

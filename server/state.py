@@ -34,10 +34,10 @@ if TYPE_CHECKING:
 
 
 class Requeue(Protocol):
-    """The pods to prompt kube-scheduler about after a reload (``server.admission.requeue``),
-    as the filter verb tells them."""
+    """The pods to prompt kube-scheduler about after a reload or a reservation's slot coming
+    back (``server.admission.requeue``), as the filter verb tells them, with the policies that rejected them."""
 
-    def remember(self, pod: Mapping[str, Any], generation: str) -> None: ...
+    def remember(self, pod: Mapping[str, Any], generation: str, *, policies: frozenset[str] = frozenset()) -> None: ...
 
     def forget(self, pod: Mapping[str, Any]) -> None: ...
 

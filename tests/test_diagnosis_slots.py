@@ -134,6 +134,7 @@ def test_a_pod_no_policy_matches_is_still_kpe_s_to_decide_when_reservations_appl
     assert data["status"] == {
         "state": "pending", "kpeDecides": True,
         "notes": [f"No policy of generation {set_.generation} matches this pod: only the reservations below apply to it (it may not take their slots' room)."],
+        "podScheduled": None,
     }
 
 

@@ -41,7 +41,7 @@ def by_node(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_a_pending_pod_is_explained_node_by_node_from_the_live_cluster(live: Live) -> None:
     data = explained(live, "ml/train")
-    assert data["pod"] == "ml/train" and data["status"] == {"state": "pending", "kpeDecides": True, "notes": []}
+    assert data["pod"] == "ml/train" and data["status"] == {"state": "pending", "kpeDecides": True, "notes": [], "podScheduled": None}
     assert data["matchedPolicies"] == ["gpus", "team-pools"]
     nodes = by_node(data)
     # The first rule that rejects each node, and whether eviction is a way out.

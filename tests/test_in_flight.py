@@ -92,9 +92,25 @@ def test_a_pod_finished_or_deleted_stops_counting() -> None:
 def test_a_later_answer_for_the_same_pod_replaces_the_earlier_one() -> None:
     flight = InFlight(clock=Clock())
     flight.passed(pod("a1"), ["n1", "n2"])
-    flight.passed(pod("a1"), ["n3"])  # another attempt, or with gang scheduling another candidate placement
+    flight.passed(pod("a1"), ["n3"])  # another attempt
     assert list(flight.on(["n1", "n2", "n3"])) == ["n3"]
     flight.passed(pod("a1"), [])  # no node passed: it can be nowhere
+    assert len(flight) == 0
+
+
+def test_a_filter_of_a_pod_group_member_is_no_placement_it_counts_only_once_nominated_or_bound() -> None:
+    """kube-scheduler filters a group's pods once per candidate placement, the earlier ones placed
+    only in its own books: counted on every node they passed, the first member would keep a
+    one-per-node filter from passing the second anywhere in the placement."""
+    flight = InFlight(clock=Clock())
+    member = pod("g1")
+    member["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    flight.passed(member, ["n1", "n2", "n3"])
+    assert len(flight) == 0 and flight.on(["n1", "n2", "n3"]) == {}
+    nominated = {**member, "status": {"phase": "Pending", "nominatedNodeName": "n2"}}
+    flight.seen(nominated)  # kube-scheduler names the member's node before binding it: that is a placement
+    assert list(flight.on(["n1", "n2", "n3"])) == ["n2"]
+    flight.seen({**member, "spec": {**member["spec"], "nodeName": "n2"}})
     assert len(flight) == 0
 
 
@@ -238,8 +254,10 @@ def test_a_pod_nominated_to_a_node_keeps_pods_of_its_priority_or_lower_off_it_an
         def passed(name: str, priority: int) -> list[str]:
             answer = filter_(url, pod(name, priority=priority))
             state.cache.in_flight.forget(f"uid-{name}")  # only p1 is to count: the pods asking here leave no trace
-            assert not answer["NodeNames"] or not answer["FailedNodes"] or answer["FailedNodes"]["n1"].startswith(
-                "one-per-team/spread: a pod of this team already runs here (counting 1 pod in flight (apps/p1)")
+            # The room is held by the nominated pod, named as such (not a pod kpe merely passed).
+            assert not answer["FailedNodes"] or answer["FailedNodes"] == {"n1": (
+                "one-per-team/spread: a pod of this team already runs here "
+                "(counting 1 pod nominated to this node (apps/p1), whose room kube-scheduler holds for it)")}
             return list(answer["NodeNames"])
 
         assert passed("a1", 10) == ["n2"]
@@ -297,3 +315,88 @@ def test_past_its_bound_the_oldest_pod_in_flight_is_forgotten(monkeypatch: pytes
     for name in ("a1", "a2", "a3"):
         flight.passed(pod(name), ["n1"])
     assert [p["metadata"]["name"] for p in flight.on(["n1"])["n1"]] == ["a2", "a3"]
+
+
+# -- what a rejection says it counted -----------------------------------------------------------
+
+
+def test_a_rejection_names_the_pods_nominated_to_the_node_apart_from_the_pods_in_flight() -> None:
+    from engine.cluster.inflight import counted_note
+
+    assert counted_note([pod("p1", nominated="n1")], "n1") == "counting 1 pod nominated to this node (apps/p1), whose room kube-scheduler holds for it"
+    assert counted_note([pod("a1"), pod("p1", nominated="n1"), pod("p2", nominated="n1")], "n1") == (
+        "counting 2 pods nominated to this node (apps/p1, apps/p2), whose room kube-scheduler holds for them and "
+        "1 pod in flight (apps/a1) that kube-scheduler may have placed on this node and kpe has not yet seen bound"
+    )
+    # Nominated elsewhere and passed here: in flight here, not holding this node's room.
+    assert counted_note([pod("a1", nominated="n2")], "n1") == (
+        "counting 1 pod in flight (apps/a1) that kube-scheduler may have placed on this node and kpe has not yet seen bound"
+    )
+
+
+# -- the preempt verb counts them as the filter does ----------------------------------------------
+
+
+def test_preemption_keeps_a_node_only_if_the_filters_pass_after_the_evictions_with_the_nominated_pods_there() -> None:
+    """kube-scheduler's dry run keeps the room of pods nominated to a node (of the preemptor's priority
+    or higher) when it picks victims; kpe's preempt verb judges the node after the evictions with them too."""
+    from engine.decisions.preemption import preempt
+    from engine.cluster.nodeinfo import node_info_map
+    from engine.policy.loader import load_text
+
+    policies = load_text(ONE_PER_TEAM)
+    nodes = {"n1": {"metadata": {"name": "n1"}}, "n2": {"metadata": {"name": "n2"}}}
+    victim1, victim2 = pod("v1", team="b", node="n1", priority=0), pod("v2", team="b", node="n2", priority=0)
+    info = node_info_map(list(nodes.values()), [victim1, victim2])
+    preemptor = pod("urgent", priority=1000)
+    candidates = {"n1": [victim1], "n2": [victim2]}
+    nominated = {"n1": [pod("p1", nominated="n1", priority=1000)]}  # what InFlight.on gives for the preemptor
+
+    assert sorted(preempt(policies, preemptor, candidates, nodes=nodes, node_info=info).candidates) == ["n1", "n2"]
+    result = preempt(policies, preemptor, candidates, nodes=nodes, node_info=info, in_flight=nominated)
+    assert sorted(result.candidates) == ["n2"]
+    assert result.rejected == {"n1": (
+        "still rejected with the victims evicted: one-per-team/spread: a pod of this team already runs here "
+        "(counting 1 pod nominated to this node (apps/p1), whose room kube-scheduler holds for it)"
+    )}
+    assert result.rejections == {"one-per-team/spread": 1}
+
+
+def test_the_preempt_verb_keeps_the_preemptor_off_a_node_whose_room_a_nominated_pod_of_its_team_holds(api: FakeApiServer, tmp_path: Path) -> None:
+    for url, state in kpe(api, tmp_path, ONE_PER_TEAM):
+        victims = {name: api.state.add_pod(pod(f"v-{name}", team="b", node=name, phase="Running", priority=0)) for name in ("n1", "n2")}
+        api.state.add_pod(pod("p1", nominated="n1", priority=1000))  # a preemptor waiting on n1 for its victims
+        wait_for(lambda: len(state.cache.in_flight) == 1 and httpx.get(url + "/apis/v1/nodes/n2").json()["nodeInfo"]["podCount"] == 1)
+        request = {"Pod": pod("urgent", priority=1000),
+                   "NodeNameToMetaVictims": {name: {"Pods": [{"UID": v["metadata"]["uid"]}], "NumPDBViolations": 0} for name, v in victims.items()}}
+        answer = httpx.post(url + "/scheduler/preempt", json=request).json()
+        assert list(answer["NodeNameToMetaVictims"]) == ["n2"], answer
+        [entry] = httpx.get(url + "/apis/v1/decisions", params={"pod": "apps/urgent", "verb": "preempt"}).json()["decisions"]
+        assert entry["rejected"] == {"n1": (
+            "still rejected with the victims evicted: one-per-team/spread: a pod of this team already runs here "
+            "(counting 1 pod nominated to this node (apps/p1), whose room kube-scheduler holds for it)"
+        )}
+
+
+def test_kpe_explain_pod_counts_a_nominated_pod_after_the_evictions_as_the_preempt_verb_does() -> None:
+    from engine.policy.loader import load_text
+    from engine.reports.diagnosis.diagnose import diagnose
+
+    node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "1", "pods": "110"}}}
+    victim = pod("v1", team="b", node="n1", phase="Running", priority=0)
+    victim["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    urgent = pod("urgent", priority=1000)
+    urgent["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    nominated = pod("p1", nominated="n1", priority=1000)
+    nominated["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "0"
+    policies = load_text(ONE_PER_TEAM)
+
+    alone = diagnose(policies, urgent, [node], cluster_pods=[victim]).eviction["n1"]
+    assert alone.possible, alone
+    held = diagnose(policies, urgent, [node], cluster_pods=[victim, nominated]).eviction["n1"]
+    assert not held.possible and held.reason == (
+        "kpe refuses: still rejected with the victims evicted: one-per-team/spread: a pod of this team already runs here "
+        "(counting 1 pod nominated to this node (apps/p1), whose room kube-scheduler holds for it)"
+    )
+    lower = {**nominated, "spec": {**nominated["spec"], "priority": 10}}  # kube-scheduler lets urgent take its room
+    assert diagnose(policies, urgent, [node], cluster_pods=[victim, lower]).eviction["n1"].possible

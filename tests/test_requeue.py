@@ -104,3 +104,46 @@ def test_a_namespace_change_touches_the_pending_pods_rejected_in_that_namespace(
             assert "kpe.dev/requeue" not in (api.state.get_pod("other", "elsewhere")["metadata"].get("annotations") or {})
             answer = httpx.post(url + "/scheduler/filter", json={"Pod": rejected, "NodeNames": ["b1"]}).json()
             assert [n for n in answer["NodeNames"]] == ["b1"], "the changed namespace's pod is placed now"
+
+
+RESERVED = """apiVersion: kpe.dev/v1alpha1
+kind: Reservation
+metadata: {name: gpu}
+spec:
+  slots: 1
+  owners: {namespaces: [demo]}
+  template:
+    resources: {requests: {cpu: "1"}}
+"""
+
+
+def test_a_placeholder_seen_bound_touches_the_pods_its_reservation_rejected_and_no_others(tmp_path: Path) -> None:
+    """kube-scheduler retries a waiting owner as soon as it sees the slot's placeholder bound, maybe
+    before kpe's cache has: kpe touches the owners its reservation rejected once its cache shows it."""
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "reserved.yaml").write_text(RESERVED)
+    (policies / "pool.yaml").write_text(POLICY.format(pool="a").replace("filters:", "match: {namespaces: [other]}\n  filters:"))
+    with FakeApiServer(bookmark_interval=0.2) as api:
+        api.state.add_node({"metadata": {"name": "n1", "labels": {"pool": "b"}}})
+        owner = pending(api, "owner")
+        elsewhere = api.state.add_pod({"metadata": {"name": "elsewhere", "namespace": "other"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        settings = Settings(policies=str(policies), kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")), cluster="on", controllers="requeue", reload_debounce_ms=50)
+        with serve(create_app(settings)) as url:
+            wait_for(lambda: httpx.get(url + "/readyz").status_code == 200)
+            answer = httpx.post(url + "/scheduler/filter", json={"Pod": owner, "NodeNames": ["n1"]}).json()
+            assert answer["FailedAndUnresolvableNodes"] == {"n1": "reservation.gpu/reserved-slot: no free slot of reservation gpu on this node"}
+            other = httpx.post(url + "/scheduler/filter", json={"Pod": elsewhere, "NodeNames": ["n1"]}).json()
+            assert {**other["FailedNodes"], **other["FailedAndUnresolvableNodes"]} == {"n1": "pool/pool: not in pool a"}, other
+            generation = httpx.get(url + "/apis/v1/policies").json()["generation"]
+
+            api.state.add_pod({"metadata": {"name": "kpe-gpu-0", "namespace": "kpe-system", "labels": {"kpe.dev/reservation": "gpu", "kpe.dev/slot": "0"}},
+                               "spec": {"containers": [{"name": "c", "image": "x"}]}})
+            time.sleep(0.5)  # seen pending: no slot is free yet, nobody is touched
+            assert annotation(api, "owner") is None
+            api.state.bind("kpe-system", "kpe-gpu-0", "n1")
+            wait_for(lambda: annotation(api, "owner") == f"{generation}-slot1")
+            assert 'kpe_requeued_pods_total{result="touched"} 1.0' in httpx.get(url + "/metrics").text
+            assert "kpe.dev/requeue" not in (api.state.get_pod("other", "elsewhere")["metadata"].get("annotations") or {})
+            # By the time of the touch, kpe's filter sees the slot: the retry kube-scheduler makes finds it.
+            assert httpx.post(url + "/scheduler/filter", json={"Pod": owner, "NodeNames": ["n1"]}).json()["NodeNames"] == ["n1"]

@@ -91,8 +91,10 @@ def test_placeholders_hold_the_slots_and_an_owner_that_preempted_one_takes_it_un
         api.state.delete("pods", "kpe-train-0", NS)
         owner(api, "trainer", nominatedNodeName="node-1")
         wait_for(lambda: (api.state.get_pod("ml", "trainer") or {})["metadata"].get("annotations", {}).get("kpe.dev/reservation-slot") == "train/0")
+        # The Event is posted once the claim's patch has been answered: a moment after the annotation shows.
+        wait_for(lambda: any(e["reason"] == "ReservedSlotTaken" for e in api.state.events))
         taken = [e for e in api.state.events if e["reason"] == "ReservedSlotTaken"]
-        assert taken and taken[0]["message"] == "uses slot 0 of reservation train on node node-1"
+        assert taken[0]["message"] == "uses slot 0 of reservation train on node node-1"
         api.state.bind("ml", "trainer", "node-1")
         wait_for(lambda: slots(url)[0] == ("used", "node-1", "ml/trainer"))
         assert "kpe-train-0" not in placeholders(api)  # no placeholder for a used slot, grace or not
@@ -324,6 +326,8 @@ def test_the_grace_period_is_kept_for_a_placeholder_deleted_after_non_owners_ran
         wait_for(lambda: "kpe-train-0" in placeholders(api))
         back = time.monotonic() - deleted
         assert back >= 0.45, f"the placeholder came back after {back:.2f}s, within the grace period of 0.5s"
+        # The Event is posted once the create has been answered: a moment after the placeholder shows.
+        wait_for(lambda: any(e["reason"] == "ReservedSlotRestored" for e in api.state.events))
         restored = [e["message"] for e in api.state.events if e["reason"] == "ReservedSlotRestored"]
         assert restored == ["holds slot 0 of reservation train again (placeholder deleted) (preferring node node-1, where the slot was)"]
         assert "created placeholder kpe-system/kpe-train-0: placeholder deleted" in caplog.messages

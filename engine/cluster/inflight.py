@@ -24,6 +24,17 @@ them is conservative; it can reject a node the pod would have fit, and kube-sche
 tries the pod again on the next cluster event, which the binding of the pod in flight is.
 ``docs/policies.md`` explains the trade-off.
 
+A pod of a pod group (``spec.schedulingGroup``, the Workload API, beta in 1.37 behind
+GenericWorkload) is never recorded from a filter: kube-scheduler filters such a pod once per
+candidate placement of its group, against that placement's nodes, with the group's earlier pods
+placed only tentatively in its own books (``podGroupSchedulingPlacementAlgorithm``,
+pkg/scheduler/schedule_one_podgroup.go), and keeps at most one placement. A filter call there is
+no placement at all: counting each member on every node it passed would count the first member
+on every node of the placement when the second is filtered, and a filter that allows one such
+pod a node would reject the rest of the group everywhere, at every attempt. Such a pod counts
+once kube-scheduler names its node (``status.nominatedNodeName``) or it is seen bound;
+``docs/gangs.md`` says what else kpe cannot see of a group.
+
 Written on the event loop (filter answers, watch events), read by the evaluation
 worker: readers take copies made in C.
 """
@@ -31,7 +42,7 @@ worker: readers take copies made in C.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.cluster.kubefilters import priority as pod_priority
@@ -51,6 +62,49 @@ DEFAULT_TTL_S = 30.0
 # extender, a Permit plugin) comes near it. Each holds its pod and its set of nodes, and pods
 # passed on the same nodes (most of a burst) share one set.
 MAX_PODS = 10_000
+
+
+# Pods named in a rejection that counted them, at most.
+NAMED = 3
+
+
+def _named(pods: Sequence[Obj], what: str) -> str:
+    names = []
+    for pod in pods[:NAMED]:
+        meta = pod.get("metadata") or {}
+        names.append(f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}")
+    more = f" and {len(pods) - NAMED} more" if len(pods) > NAMED else ""
+    return f"{len(pods)} pod{'s' if len(pods) != 1 else ''} {what} ({', '.join(names)}{more})"
+
+
+def nominated_to(pod: Obj) -> str:
+    status = pod.get("status")
+    node = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
+    return node if isinstance(node, str) else ""
+
+
+def counted_note(pods: Sequence[Obj], node: str) -> str:
+    """What a rejection counted on ``node`` besides its bound pods, for the reason's parenthesis:
+    the pods nominated to it (kube-scheduler holds their room: a preemptor waiting for its
+    victims, a pod about to be bound), named as such, and the pods kpe passed there and has not
+    seen placed."""
+    nominated = [p for p in pods if nominated_to(p) == node]
+    passed = [p for p in pods if nominated_to(p) != node]
+    parts = []
+    if nominated:
+        held = "it" if len(nominated) == 1 else "them"
+        parts.append(f"{_named(nominated, 'nominated to this node')}, whose room kube-scheduler holds for {held}")
+    if passed:
+        parts.append(f"{_named(passed, 'in flight')} that kube-scheduler may have placed on this node and kpe has not yet seen bound")
+    return "counting " + " and ".join(parts)
+
+
+def in_pod_group(pod: Obj) -> bool:
+    """Whether kube-scheduler schedules ``pod`` with its pod group (``spec.schedulingGroup``,
+    1.36 on; the API server drops the field unless GenericWorkload is on)."""
+    spec = pod.get("spec")
+    group = spec.get("schedulingGroup") if isinstance(spec, Mapping) else None
+    return isinstance(group, Mapping) and bool(group.get("podGroupName"))
 
 
 class InFlight:
@@ -75,8 +129,9 @@ class InFlight:
 
     def passed(self, pod: Obj, nodes: Iterable[str]) -> None:
         """kpe's filter passed ``pod`` on ``nodes``: it counts there until it is seen placed
-        (this answer replaces any earlier one for the pod)."""
-        if not self.enabled:
+        (this answer replaces any earlier one for the pod). Not for a pod of a pod group,
+        whose filters are per candidate placement (see the module docstring)."""
+        if not self.enabled or in_pod_group(pod):
             return
         key = pod_key(pod)
         held = self._pods.get(key)

@@ -7,7 +7,12 @@ candidate only if
 
 1. every matching policy's filters pass on it with the victims taken out of
    ``nodeInfo`` (exactly the filter decision, run on the node as it would be
-   after the evictions), and
+   after the evictions), and pass again with the pods in flight there added
+   (``in_flight``, as the filter counts them, ``engine.cluster.inflight``): the
+   pods nominated to the node, whose room kube-scheduler's dry run holds for
+   them too (``RunFilterPluginsWithNominatedPods`` in ``SelectVictimsOnNode``,
+   pkg/scheduler/framework/plugins/defaultpreemption), and the pods kpe passed
+   there and has not seen placed; and
 2. every matching Enforce policy allows the node (``preemption.node`` over
    ``victims``) and every victim on it (``preemption.victim``).
 
@@ -39,6 +44,7 @@ from engine.cluster.counts import Adjusted, CountIndex
 from engine.decisions.evaluation import matching_scopes, request_inputs, run_rule
 from engine.decisions.deadline import Deadline
 from engine.decisions.filtering import NO_NODE_INFO, RuleEvent, filter_nodes
+from engine.cluster.inflight import counted_note, with_pods
 from engine.cluster.nodeinfo import NodeInfoAccumulator, node_name, pod_key
 from engine.policy.counts import reads_counts
 from engine.policy.model import PolicySet
@@ -75,10 +81,13 @@ def preempt(
     deadline: Deadline | None = None,
     counts: Any = None,
     namespaces: Mapping[str, Any] | None = None,
+    in_flight: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> PreemptionResult:
     """Keep the candidate nodes (and their victims) that every policy allows. Past
     ``deadline``, the candidates left are dropped when a matching Enforce policy
-    fails closed, and kept otherwise."""
+    fails closed, and kept otherwise. ``in_flight``: the pods in flight on each candidate
+    (nominated there or passed there), for the preemptor (``InFlight.on`` with its key and
+    priority), counted after the evictions as the filter counts them."""
     result = PreemptionResult(policy_set.generation)
     extra = {} if counts is None else {"counts": counts}
     inputs = request_inputs(pod, now, namespaces=namespaces, **extra)
@@ -91,6 +100,7 @@ def preempt(
     refiltered = _filters_after_evictions(
         policy_set.without_reservations, pod, candidates, [s for s in matching if s.policy.reservation is None], result,
         nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline, counts=counts, namespaces=namespaces,
+        in_flight=in_flight,
     )
     closed = [s for s in matching if s.policy.enforce and s.policy.fail_closed and (s.policy.filters or s.policy.preemption)]
     for name, victims in candidates.items():
@@ -190,10 +200,12 @@ def _filters_after_evictions(
     deadline: Deadline | None = None,
     counts: Any = None,
     namespaces: Mapping[str, Any] | None = None,
+    in_flight: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, str]:
     """The candidate nodes the filters still reject once the victims are gone,
     with the reason. Runs the filter decision itself (same order, messages,
-    failurePolicy and Audit handling) on ``nodeInfo`` without the victims."""
+    failurePolicy and Audit handling) on ``nodeInfo`` without the victims, and
+    where pods are in flight on a node it passes, once more with them added."""
     enforced = [s for s in matching if s.policy.enforce and s.policy.filters]
     if not any(s.policy.filters for s in matching):
         return {}
@@ -237,6 +249,17 @@ def _filters_after_evictions(
             result.rejections[label] = result.rejections.get(label, 0) + n
         for name, reason in {**verdict.failed, **verdict.unresolvable}.items():
             rejected[name] = AFTER_EVICTIONS + reason
+    held = {node_name(n): in_flight[node_name(n)] for n in known if in_flight and in_flight.get(node_name(n)) and node_name(n) not in rejected}
+    if held and node_info is not None:
+        # As the filter counts them (engine.equivalence.inflight): a node passes only if it passes both ways.
+        requests: dict[Any, Any] = {}
+        crowded = {name: with_pods(after[name], list(pods), requests=requests) for name, pods in held.items()}
+        again = filter_nodes(policy_set, pod, [n for n in known if node_name(n) in held], node_info=crowded, now=now, deadline=deadline,
+                             counts=counts, namespaces=namespaces)
+        for label, n in again.rejections.items():
+            result.rejections[label] = result.rejections.get(label, 0) + n
+        for name, reason in {**again.failed, **again.unresolvable}.items():
+            rejected[name] = f"{AFTER_EVICTIONS}{reason} ({counted_note(held[name], name)})"
     return rejected
 
 

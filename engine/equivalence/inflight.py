@@ -32,7 +32,7 @@ from engine.cel.parser import ast
 
 from engine.cel.types.counts import Counts
 from engine.cluster.counts import Adjusted, CountIndex
-from engine.cluster.inflight import InFlight, with_pods
+from engine.cluster.inflight import InFlight, counted_note, with_pods
 from engine.cluster.kubefilters import priority
 from engine.cluster.nodeinfo import NodesByName, node_names, pod_key
 from engine.decisions.deadline import Deadline
@@ -40,10 +40,6 @@ from engine.decisions.filtering import FilterResult, count_rules, filter_nodes
 from engine.equivalence.reads import PolicyReads
 from engine.policy.counts import reads_counts
 from engine.policy.model import Expression, Policy, PolicySet
-
-# Pods in flight named in a rejection, at most.
-NAMED = 3
-
 
 @dataclass(frozen=True)
 class Counting:
@@ -133,18 +129,7 @@ def count_in_flight(
         else:
             info[name] = {"pods": [*view["pods"], *pods], "podCount": view["podCount"] + len(pods), "requested": view["requested"]}
     again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline, counts=counts, namespaces=namespaces)
-    return _fail_rejected(
-        result, again, lambda name: f"counting {_named(on[name])} that kube-scheduler may have placed on this node and kpe has not yet seen bound"
-    )
-
-
-def _named(pods: list[Mapping[str, Any]]) -> str:
-    names = []
-    for pod in pods[:NAMED]:
-        meta = pod.get("metadata") or {}
-        names.append(f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}")
-    more = f" and {len(pods) - NAMED} more" if len(pods) > NAMED else ""
-    return f"{len(pods)} pod{'s' if len(pods) != 1 else ''} in flight ({', '.join(names)}{more})"
+    return _fail_rejected(result, again, lambda name: counted_note(on[name], name))
 
 
 def in_flight_counts(index: CountIndex, in_flight: InFlight | None, pod: Mapping[str, Any]) -> Counts | None:

@@ -17,6 +17,16 @@ the new set is remembered again by the filter verb itself.
 A change of a Namespace's labels or annotations (``server.cluster.namespaces``, watched while
 a policy reads ``namespaceObject``) is no cluster event for kube-scheduler either: the pods
 rejected in that namespace are touched the same way, whatever generation rejected them.
+
+A reservation's slot coming back is a cluster event, the binding of its placeholder, but
+kube-scheduler and kpe hear of it each on its own watch. A ``Required`` owner waiting for the
+slot is retried by kube-scheduler at once (from 1.33 a pod whose backoff has passed goes
+straight from the backoff queue to scheduling, SchedulerPopFromBackoffQ), within milliseconds
+of the binding; when kpe's cache has not seen the binding yet, kpe's filter still finds no
+free slot, the owner goes back to the unschedulable pods, and nothing more happens in the
+cluster to retry it (without a kubelet updating the placeholder, not for five minutes). So
+when kpe's cache shows a placeholder newly bound (``pod_event``), the pods that reservation's
+rule rejected are touched too: kube-scheduler's retry then comes after kpe can see the slot.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from engine.policy.reservation import POLICY_PREFIX, reservation_of
 
 from server.cluster.kube import ApiError
 
@@ -44,6 +56,7 @@ class Rejected:
     name: str
     uid: str
     generation: str
+    policies: frozenset[str] = frozenset()  # the policies whose rules rejected a node for it
 
 
 class Requeuer:
@@ -52,7 +65,9 @@ class Requeuer:
         self.limit = limit
         self.rejected: OrderedDict[str, Rejected] = OrderedDict()
         self.changed_namespaces: set[str] = set()
-        self.namespace_changes = 0  # in the annotation: an equal value would change nothing
+        self.returned_slots: set[str] = set()  # policies of reservations whose placeholder was just bound
+        self.bound_placeholders: set[str] = set()  # uids of the placeholders seen bound
+        self.prompts = 0  # in the annotation: an equal value would change nothing
         self._prompt: asyncio.Event | None = None
 
     def namespace_changed(self, namespace: str) -> None:
@@ -61,15 +76,35 @@ class Requeuer:
         if self._prompt is not None:
             self._prompt.set()
 
-    def remember(self, pod: Mapping[str, Any], generation: str) -> None:
-        """Called by the filter verb for a pod it rejected at least one node for."""
+    def pod_event(self, kind: str, event_type: str, pod: Mapping[str, Any]) -> None:
+        """The cache's ``on_event`` (on the event loop): a reservation's placeholder seen bound
+        for the first time prompts a retry of the pods its reservation's rule rejected."""
+        if kind != "pod" or not (reservation := reservation_of(pod)):
+            return
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+        if event_type == "DELETED" or meta.get("deletionTimestamp") or not (pod.get("spec") or {}).get("nodeName"):
+            self.bound_placeholders.discard(uid)
+            return
+        if uid in self.bound_placeholders:
+            return
+        self.bound_placeholders.add(uid)
+        policy = POLICY_PREFIX + reservation
+        if any(policy in entry.policies for entry in self.rejected.values()):
+            self.returned_slots.add(policy)
+            if self._prompt is not None:
+                self._prompt.set()
+
+    def remember(self, pod: Mapping[str, Any], generation: str, *, policies: frozenset[str] = frozenset()) -> None:
+        """Called by the filter verb for a pod it rejected at least one node for, with the
+        policies whose rules rejected them."""
         meta = pod.get("metadata")
         if not isinstance(meta, Mapping) or not meta.get("name"):
             return
         namespace, name, uid = str(meta.get("namespace") or "default"), str(meta["name"]), str(meta.get("uid") or "")
         key = uid or f"{namespace}/{name}"
         self.rejected.pop(key, None)
-        self.rejected[key] = Rejected(namespace, name, uid, generation)
+        self.rejected[key] = Rejected(namespace, name, uid, generation, policies)
         while len(self.rejected) > self.limit:
             self.rejected.popitem(last=False)
 
@@ -95,10 +130,14 @@ class Requeuer:
             if prompt.is_set() and not reloaded.is_set():
                 prompt.clear()
                 namespaces, self.changed_namespaces = self.changed_namespaces, set()
+                policies, self.returned_slots = self.returned_slots, set()
                 try:
-                    await self.requeue(state, namespaces=namespaces)
+                    if namespaces:
+                        await self.requeue(state, namespaces=namespaces)
+                    if policies:
+                        await self.requeue(state, policies=policies)
                 except Exception:  # noqa: BLE001 - one failed round must not end the task
-                    log.exception("requeue after a namespace change failed")
+                    log.exception("requeue after a namespace change or a returned slot failed")
                 continue
             reloaded.clear()
             try:
@@ -106,9 +145,12 @@ class Requeuer:
             except Exception:  # noqa: BLE001 - one failed round must not end the task
                 log.exception("requeue after reload failed")
 
-    async def requeue(self, state: ServerState, reloaded: asyncio.Event | None = None, *, namespaces: set[str] | None = None) -> int:
+    async def requeue(
+        self, state: ServerState, reloaded: asyncio.Event | None = None, *, namespaces: set[str] | None = None, policies: set[str] | None = None
+    ) -> int:
         """One round: touch every remembered pod rejected under another generation
-        (with ``namespaces``: rejected in one of them, under any generation)
+        (with ``namespaces``: rejected in one of them, under any generation; with
+        ``policies``: rejected by one of them, under any generation)
         that the cache still shows pending. Stops early when another reload comes
         (the next round covers the rest). Returns how many were touched."""
         client, cache = state.client, state.cache
@@ -119,7 +161,13 @@ class Requeuer:
         for key, entry in list(self.rejected.items()):
             if reloaded is not None and reloaded.is_set():
                 break
-            if (entry.namespace not in namespaces) if namespaces is not None else entry.generation == generation:
+            if namespaces is not None:
+                skip = entry.namespace not in namespaces
+            elif policies is not None:
+                skip = not entry.policies & policies
+            else:
+                skip = entry.generation == generation
+            if skip:
                 continue
             self.rejected.pop(key, None)
             if cache is not None:
@@ -128,9 +176,9 @@ class Requeuer:
                     state.metrics.requeued.labels("gone").inc()
                     continue  # deleted or bound since: nothing to retry
             value = generation
-            if namespaces is not None:
-                self.namespace_changes += 1
-                value = f"{generation}-ns{self.namespace_changes}"
+            if namespaces is not None or policies is not None:
+                self.prompts += 1
+                value = f"{generation}-{'ns' if namespaces is not None else 'slot'}{self.prompts}"
             patch = {"metadata": {"annotations": {ANNOTATION: value}}}
             try:
                 await client.merge_patch_pod(entry.namespace, entry.name, patch)

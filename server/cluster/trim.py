@@ -46,7 +46,9 @@ reads cached pods, and what it reads of them (keep ``KPE_READS`` in step):
 - Match conditions (``engine.policy.selectors``, ``engine.decisions.evaluation.matching_scopes``:
   namespaces, labels, resources, expression) otherwise read only the pod being
   decided, which comes from the request or is a gated pod: never a projected one.
-- ``on_event`` subscribers get the object as kept (none in kpe itself).
+- ``on_event`` subscribers get the object as kept: ``server.admission.requeue`` reads a
+  placeholder's ``metadata.labels['kpe.dev/reservation']``, ``uid``, ``deletionTimestamp`` and
+  ``spec.nodeName``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from engine.cluster.kubefilters import priority
+from engine.cluster.nodeinfo import node_name, pod_key
 from engine.reports.diagnosis.diagnose import diagnose
 from engine.reports.diagnosis.view import render_text
 from engine.reports.explain import explain
@@ -211,6 +213,7 @@ async def explain_pod(request: Request) -> Response:
         diagnose, policy_set, pod, nodes, cluster_pods=pods, node_info=info,
         slots=latest.slots if latest is not None else None, homes=latest.homes if latest is not None else None,
         placeholder_namespace=state.settings.reservation_namespace, namespaces=state.namespaces(),
+        in_flight=cache.in_flight.on([node_name(n) for n in nodes], besides=pod_key(pod), priority=priority(pod)),  # as the preempt verb counts them
     )
     data = diagnosis.to_dict()
     if is_projected(pod):

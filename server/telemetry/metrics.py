@@ -89,7 +89,7 @@ class Metrics:
             "kpe_deadline_overdue_nodes_total", "Nodes answered unevaluated because the request's deadline passed, per verb", ["verb"], registry=r
         )
         self.requeued = Counter(
-            "kpe_requeued_pods_total", "Pending pods touched after a reload so kube-scheduler retries them, by result", ["result"], registry=r
+            "kpe_requeued_pods_total", "Pending pods touched after a reload, a namespace change or a reservation's slot coming back so kube-scheduler retries them, by result", ["result"], registry=r
         )
         self.binds = Counter("kpe_binds_total", "Bindings created, by result", ["result"], registry=r)
         self.ahead = Counter(

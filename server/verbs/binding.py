@@ -15,6 +15,8 @@ from typing import Any
 
 from engine.decisions.admission import admit
 from engine.decisions.deadline import Deadline
+from engine.cluster.kubefilters import priority
+from engine.cluster.nodeinfo import pod_key
 from engine.decisions.preemption import preempt
 
 from server.cluster.apierrors import ApiError
@@ -53,8 +55,13 @@ async def handle_preempt(raw: bytes, deadline: Deadline, state: ServerState) -> 
     else:
         # Whole-node mode without a cache: the nodes the filter and prioritize requests carried.
         known = state.whole_nodes.nodes(candidates) if state.whole_nodes is not None else {}
+    # The pods nominated to (or in flight on) each candidate count after the evictions, as in the filter.
+    in_flight = state.cache.in_flight.on(candidates, besides=pod_key(args.pod), priority=priority(args.pod)) if state.cache is not None else None
     result = await state.worker.run(
-        lambda: keep_evictions_off_reserved(state, policy_set, args.pod, known, preempt(policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline, counts=state.counts(), namespaces=state.namespaces()))
+        lambda: keep_evictions_off_reserved(state, policy_set, args.pod, known, preempt(
+            policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline, counts=state.counts(),
+            namespaces=state.namespaces(), in_flight=in_flight,
+        ))
     )
     state.count_overdue("preempt", result.overdue)
     rejected.update(result.rejected)

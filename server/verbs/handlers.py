@@ -144,7 +144,7 @@ def _after_filter(
     state.metrics.count_rejections(result.rejections)
     if state.requeue is not None:
         if failed or result.unresolvable:
-            state.requeue.remember(args.pod, policy_set.generation)
+            state.requeue.remember(args.pod, policy_set.generation, policies=frozenset(rule.split("/", 1)[0] for rule in result.rejections))
         else:
             state.requeue.forget(args.pod)
     state.record("filter", args.pod, policy_set.generation, passed=len(result.passed), failed=failed, unresolvable=result.unresolvable, policies=result.matched)

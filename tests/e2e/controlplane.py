@@ -260,6 +260,15 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+# API server flags per Kubernetes version, for what only that version has. 1.37: the Workload API's
+# PodGroup (scheduling.k8s.io/v1beta1, off by default as beta APIs are) and the pods' spec.schedulingGroup
+# (GenericWorkload, beta and off by default): only tests/e2e/test_gangs.py uses them, and it starts its
+# kube-scheduler with GenericWorkload too; without pod groups, the API server behaves as before.
+APISERVER_FLAGS: dict[str, tuple[str, ...]] = {
+    "1.37": ("--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1beta1=true"),
+}
+
+
 @dataclass
 class ControlPlane:
     """etcd and kube-apiserver; ``api`` is an admin client, ``kubeconfig`` the admin's, ``kpe_kubeconfig`` kpe's,
@@ -299,6 +308,7 @@ class ControlPlane:
             f"--service-account-signing-key-file={w / 'sa.key'}", "--service-cluster-ip-range=10.0.0.0/24",
             "--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             f"--admission-control-config-file={w / 'admission.yaml'}",
+            *APISERVER_FLAGS.get(self.binaries.version, ()),
             *extra_apiserver_flags,
         ]
         self.start_apiserver()

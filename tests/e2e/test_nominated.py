@@ -48,6 +48,10 @@ def test_a_burst_stays_off_the_node_a_pod_of_its_team_is_nominated_to(cluster: C
         return True
 
     wait_until(settled, 30, "kpe to reject the full node for every follower, counting the nominated pod")
+    decisions = kpe.http.get("/apis/v1/decisions", params={"pod": f"{cluster.namespace}/{followers[0]}", "verb": "filter"}).json()["decisions"]
+    reasons = {reason for d in decisions for reason in {**(d.get("failed") or {}), **(d.get("unresolvable") or {})}.values()}
+    # The room is the nominated pod's, and the rejection says so, naming it.
+    assert any(r.endswith(f"(counting 1 pod nominated to this node ({cluster.namespace}/urgent), whose room kube-scheduler holds for it)") for r in reasons), reasons
     # A follower bound there would share the node with urgent once it binds: two pods of team a.
     assert not set(followers) & set(cluster.bound()), cluster.bound()
 

@@ -168,14 +168,10 @@ def test_two_replicas_create_each_placeholder_once_and_removing_the_reservation_
                 api.delete(f"/api/v1/namespaces/{PLACEHOLDERS}/pods/{pod['metadata']['name']}", grace=0)
 
 
-def test_preferred_owners_go_to_a_slot_first_and_run_elsewhere_when_none_is_free_while_required_ones_wait(
-    cluster: Cluster, request: pytest.FixtureRequest
-) -> None:
-    if cluster.plane.binaries.version != "1.32":
-        # Seen once in three runs on 1.37 under load: the Required owner's retries all came while kpe's filter
-        # still said "no free slot" on the node where the slot's new placeholder had just been bound, and
-        # kube-scheduler, whose queueing hints see nothing it was rejected for change, did not retry in time.
-        request.applymarker(pytest.mark.xfail(reason="a Required owner can miss its returned slot on 1.37 (issue 30)", strict=False))
+def test_preferred_owners_go_to_a_slot_first_and_run_elsewhere_when_none_is_free_while_required_ones_wait(cluster: Cluster) -> None:
+    # The third owner waits; when its slot's placeholder is bound again, kube-scheduler (from 1.33 at once, popping it
+    # from the backoff queue) retries it, maybe before kpe's cache has seen that binding. kpe then touches it
+    # (server.admission.requeue) once its cache shows the placeholder, so a retry finds the slot.
     ns, api = cluster.namespace, cluster.api
     name = "r" + ns[-6:]
     slot = f"kpe-{name}-0"

@@ -38,7 +38,8 @@ from engine.reports.explain import Report, explain
 from engine.reservations.heldroom import Homes, keep_evictions_off
 from engine.cluster.counts import counts_of
 from engine.cluster.kubefilters import KubeVerdict
-from engine.cluster.nodeinfo import TERMINAL_PHASES, node_info_map, node_name
+from engine.cluster.inflight import nominated_to
+from engine.cluster.nodeinfo import TERMINAL_PHASES, is_active, node_info_map, node_name, pod_key
 from engine.policy.model import PolicySet
 from engine.decisions.preemption import preempt, veto, victim_name, without_victims
 from engine.reservations.slots import Slot
@@ -61,9 +62,50 @@ class PodState:
     state: str  # pending | gated | bound | finished | deleting
     kpe_decides: bool
     notes: list[str] = field(default_factory=list)
+    scheduled: dict[str, str] | None = None  # the pod's PodScheduled condition read (``scheduled_condition``)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "kpeDecides": self.kpe_decides, "notes": list(self.notes)}
+        return {"state": self.state, "kpeDecides": self.kpe_decides, "notes": list(self.notes), "podScheduled": self.scheduled}
+
+
+# The reason the API server gives a pod created with scheduling gates (pkg/registry/core/pod
+# strategy.go, applySchedulingGatedCondition; the same in 1.32 and 1.37): written once, at
+# creation, and replaced only when kube-scheduler next writes the condition.
+SCHEDULING_GATED = "SchedulingGated"
+
+
+def scheduled_condition(pod: Mapping[str, Any]) -> dict[str, str] | None:
+    """The pod's PodScheduled condition when it says the pod is not scheduled, with what it means
+    (``meaning``): who wrote it and whether it is a rejection at all. None without one.
+
+    Who writes it, read from kube-scheduler 1.32 and 1.37.2: the API server, ``SchedulingGated``,
+    when a pod is created with gates (kept after the gates go, until kube-scheduler writes the
+    condition again: so it is no rejection, by kpe or anyone); kube-scheduler, ``Unschedulable`` or
+    ``SchedulerError``, after a scheduling attempt (extenders' reasons included in the message).
+    A PreEnqueue plugin's verdict (gates, a pod group short of members) is never written: kube-scheduler
+    1.37.2 has no SchedulerPreEnqueuePodStatus feature, so a pod held before the queue keeps what was there."""
+    conditions = (pod.get("status") or {}).get("conditions")
+    if not isinstance(conditions, list):
+        return None
+    found = next((c for c in conditions if isinstance(c, Mapping) and c.get("type") == "PodScheduled"), None)
+    if found is None or found.get("status") != "False":
+        return None
+    reason, message = str(found.get("reason") or ""), str(found.get("message") or "")
+    gates = gate_names(pod)
+    if reason == SCHEDULING_GATED and gates:
+        meaning = ("written by the API server when the pod was created with scheduling gates: not a rejection, "
+                   "kube-scheduler has not tried the pod")
+    elif reason == SCHEDULING_GATED:
+        meaning = ("written by the API server at creation, when the pod still had scheduling gates: not a rejection; "
+                   "the gates are gone and kube-scheduler has not written the condition since (it has not tried the pod yet, "
+                   "or another PreEnqueue plugin holds it, such as a pod group waiting for its members)")
+    elif reason == "Unschedulable":
+        meaning = "kube-scheduler's last attempt found no node (its plugins' and extenders' reasons, kpe's among them)"
+    elif reason == "SchedulerError":
+        meaning = "kube-scheduler's last attempt failed with an error, not a decision about nodes"
+    else:
+        meaning = f"reason {reason or '(none)'}"
+    return {"reason": reason, "message": message, "meaning": meaning}
 
 
 @dataclass
@@ -116,7 +158,7 @@ def pod_state(
             "What follows is what the policies would say if it were scheduled now."
         )
         return PodState("bound", False, [note])
-    state = PodState("gated" if gates else "pending", True)
+    state = PodState("gated" if gates else "pending", True, scheduled=scheduled_condition(pod))
     if foreign:
         which = f"a scheduling gate kpe did not add ({foreign[0]})" if len(foreign) == 1 else f"scheduling gates kpe did not add ({', '.join(foreign)})"
         state.notes.append(
@@ -179,13 +221,16 @@ def preemption_verdicts(
     homes: Homes | None = None,
     counts: Any = None,
     namespaces: Mapping[str, Any] | None = None,
+    in_flight: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, EvictionVerdict]:
     """For each node that cannot take the pod (``rejected``: kpe's verdict and reason by node,
     "pass" for nodes only kube-scheduler rejects), whether preemption could place it there:
     kube-scheduler's dry run must find victims (``kubefilters.dry_run_victims``) and kpe's
     preempt decision keep the node with them (filters after the evictions, preemption rules).
     The dry run does not depend on the policies: ``dry_runs`` keeps its results by node
-    for another call about the same pod (``engine.reports.impact.compare`` asks for two policy sets)."""
+    for another call about the same pod (``engine.reports.impact.compare`` asks for two policy sets).
+    ``in_flight``: the pods nominated to (or in flight on) each node, counted after the evictions
+    as the preempt verb counts them."""
     out: dict[str, EvictionVerdict] = {}
     by_name = {node_name(n): n for n in nodes}
     if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
@@ -213,7 +258,8 @@ def preemption_verdicts(
             continue
         candidates[name] = victims
     if candidates:
-        result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now, counts=counts, namespaces=namespaces)
+        result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now, counts=counts, namespaces=namespaces,
+                         in_flight=in_flight)
         result = keep_evictions_off(result, policy_set, pod, by_name, node_info, homes, namespaces=namespaces)
         for name, victims in candidates.items():
             names = [victim_name(v) for v in victims]
@@ -238,6 +284,18 @@ def preemption_vetoes(
     return {"source": source, "nodes": max(nodes or 0, len(vetoed)), "vetoed": vetoed, "unchecked": dict(unchecked or {})}
 
 
+def nominated_pods(pod: Mapping[str, Any], cluster_pods: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """The pending pods nominated to each node whose room kube-scheduler holds from ``pod``: of
+    its priority or higher, as its preemption dry run counts them (``engine.cluster.inflight``)."""
+    mine, floor = pod_key(pod), kubefilters.priority(pod)
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for other in cluster_pods:
+        node = nominated_to(other)
+        if node and not (other.get("spec") or {}).get("nodeName") and is_active(other) and pod_key(other) != mine and kubefilters.priority(other) >= floor:
+            out.setdefault(node, []).append(other)
+    return out
+
+
 def diagnose(
     policy_set: PolicySet,
     pod: Mapping[str, Any],
@@ -250,12 +308,16 @@ def diagnose(
     homes: Homes | None = None,
     placeholder_namespace: str = "kpe-system",
     namespaces: Mapping[str, Any] | None = None,
+    in_flight: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> Diagnosis:
     """Everything kpe can say about ``pod`` on ``nodes``. ``node_info`` defaults to the one
     ``cluster_pods`` make (kpe's cache passes its own, as the extender verbs use it).
     ``slots`` and ``homes``: the reservations' slots as the reservation controller last saw
     them; without them, as a first pass over ``cluster_pods`` sees them (placeholders in
-    ``placeholder_namespace``). ``namespaces``: Namespace objects by name (``namespaceObject``)."""
+    ``placeholder_namespace``). ``namespaces``: Namespace objects by name (``namespaceObject``).
+    ``in_flight``: the pods in flight by node for this pod, as kpe's cache has them (``InFlight.on``);
+    without it, the pods of ``cluster_pods`` nominated to a node (``nominated_pods``), which the
+    preempt verb counts after the evictions too."""
     now = now if now is not None else current_time()
     info = node_info if node_info is not None else node_info_map(nodes, cluster_pods)
     bound_to = (pod.get("spec") or {}).get("nodeName")
@@ -273,7 +335,9 @@ def diagnose(
         kv = kube.get(verdict.node)
         if verdict.verdict != "pass" or (kv is not None and not kv.passed):
             rejected[verdict.node] = (verdict.verdict, verdict.reason)
-    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes, counts=counts, namespaces=namespaces)
+    held = in_flight if in_flight is not None else nominated_pods(pod, cluster_pods)
+    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes, counts=counts, namespaces=namespaces,
+                                   in_flight=held)
     return Diagnosis(
         report=report,
         state=pod_state(pod, report.matched, policy_set.generation, reserved=bool(policy_set.reservations), excluded=policy_set.excluded_namespaces),
@@ -287,4 +351,4 @@ def diagnose(
     )
 
 
-__all__ = ["Diagnosis", "EvictionVerdict", "PodState", "diagnose", "gate_states", "pod_state", "preemption_verdicts", "preemption_vetoes"]
+__all__ = ["Diagnosis", "EvictionVerdict", "PodState", "SCHEDULING_GATED", "diagnose", "gate_states", "nominated_pods", "pod_state", "preemption_verdicts", "preemption_vetoes", "scheduled_condition"]

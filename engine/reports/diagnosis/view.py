@@ -55,6 +55,11 @@ def headline(data: dict[str, Any]) -> list[str]:
     lines = [f"pod {data['pod']}  (policy generation {data['generation']}{', ' + data['source'] if data.get('source') else ''})"]
     lines.append(f"state: {status.get('state', '?')}" + ("" if status.get("kpeDecides", True) else " - not kpe's to decide"))
     lines += [f"  {note}" for note in status.get("notes") or []]
+    scheduled = status.get("podScheduled")
+    if scheduled:
+        lines.append(f"PodScheduled: False, reason {scheduled['reason'] or '(none)'} - {scheduled['meaning']}")
+        if scheduled.get("message"):
+            lines.append(f"  message: {scheduled['message']}")
     for gate in data.get("gates") or []:
         whose = f"kpe's, policy {gate['policy']}" if gate["owner"] == "kpe" and gate["policy"] else ("kpe's" if gate["owner"] == "kpe" else "not kpe's")
         lines.append(f"gate {gate['gate']} ({whose}): {'held' if gate['held'] else 'lifted'} - {gate['message']}")
