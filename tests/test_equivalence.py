@@ -873,3 +873,97 @@ def kpe_on_pools(tmp_path: Path, count: int, policy: str = POOL_POLICY, **settin
                 assert time.monotonic() < deadline, "kpe did not sync"
                 time.sleep(0.05)
             yield url
+
+
+# Two teams' policies, each matching its own namespace: a change to one must not cost the other's pods.
+TEAMS = """
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: team-a-racks}
+spec:
+  match: {namespaces: [team-a]}
+  filters:
+  - name: off-r0
+    expression: "node.metadata.?labels[?'rack'].orValue('') != 'r0'"
+    message: team a stays off rack r0
+  scores:
+  - name: higher-racks
+    expression: "int(node.metadata.?labels[?'rack'].orValue('r0').substring(1)) * 10"
+---
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: team-b-racks}
+spec:
+  match: {namespaces: [team-b]}
+  filters:
+  - name: off-r1
+    expression: "node.metadata.?labels[?'rack'].orValue('') != 'r1'"
+    message: team b stays off rack r1
+"""
+
+
+def team_pod(namespace: str) -> dict[str, Any]:
+    return {"metadata": {"name": "p-1", "namespace": namespace, "labels": {}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+
+def racked_nodes(count: int) -> list[dict[str, Any]]:
+    nodes = cluster.nodes(count)
+    for i, node in enumerate(nodes):
+        node["metadata"]["labels"]["rack"] = f"r{i % 3}"
+    return nodes
+
+
+@pytest.mark.any_hour
+@pytest.mark.parametrize("change", ["team b's policy edited", "a policy added", "the same files loaded again"])
+def test_a_reload_keeps_what_was_remembered_for_classes_whose_policies_it_left_alone(change: str) -> None:
+    nodes = racked_nodes(9)
+    info = node_info_map(nodes, [])
+    memo = EquivalenceCache()
+    before = load_text(TEAMS, file="teams.yaml")
+    first = filter_nodes(before, team_pod("team-a"), nodes, node_info=info, memo=memo, now=at(12))
+    score_nodes(before, team_pod("team-a"), nodes, node_info=info, memo=memo, now=at(12))
+    assert first.memo_misses == 9
+    edited = {
+        "team b's policy edited": TEAMS.replace("!= 'r1'", "!= 'r2'"),
+        "a policy added": TEAMS + "---" + EXTRA.split("---")[2].replace("zz-named", "team-c-named"),
+        "the same files loaded again": TEAMS,
+    }[change]
+    after = load_text(edited, file="teams.yaml")
+    filtered = filter_nodes(after, team_pod("team-a"), nodes, node_info=info, memo=memo, now=at(12))
+    scored = score_nodes(after, team_pod("team-a"), nodes, node_info=info, memo=memo, now=at(12))
+    assert (filtered.memo_hits, scored.memo_hits) == (9, 9)
+    full = filter_nodes(after, team_pod("team-a"), nodes, node_info=info, now=at(12))
+    assert (filtered.passed, filtered.failed) == (full.passed, full.failed)
+    assert scored.scores == score_nodes(after, team_pod("team-a"), nodes, node_info=info, now=at(12)).scores
+
+
+@pytest.mark.any_hour
+def test_a_reload_that_edits_a_policy_evaluates_its_pods_again_under_the_edit() -> None:
+    nodes = racked_nodes(9)
+    info = node_info_map(nodes, [])
+    memo = EquivalenceCache()
+
+    def rejected(policies: PolicySet) -> tuple[int, list[str]]:
+        result = filter_nodes(policies, team_pod("team-b"), nodes, node_info=info, memo=memo, now=at(12))
+        return result.memo_hits, sorted({**result.failed, **result.unresolvable}.values())
+
+    before = load_text(TEAMS, file="teams.yaml")
+    assert rejected(before) == (0, ["team-b-racks/off-r1: team b stays off rack r1"] * 3)
+    after = load_text(TEAMS.replace("r1", "r2"), file="teams.yaml")
+    assert rejected(after) == (0, ["team-b-racks/off-r2: team b stays off rack r2"] * 3)
+    # Back to the first content: what was remembered for it serves again.
+    assert rejected(load_text(TEAMS, file="teams.yaml")) == (9, ["team-b-racks/off-r1: team b stays off rack r1"] * 3)
+
+
+def test_a_policy_s_digest_follows_its_document_its_file_and_the_values_of_its_config_map() -> None:
+    from engine.equivalence.reads import policy_digest
+
+    one = load_text(TEAMS, file="teams.yaml").policies[0]
+    assert policy_digest(one) == policy_digest(load_text(TEAMS, file="teams.yaml").policies[0])
+    assert policy_digest(one) != policy_digest(load_text(TEAMS, file="other.yaml").policies[0])
+    assert policy_digest(one) != policy_digest(load_text(TEAMS.replace("rack r0", "rack zero"), file="teams.yaml").policies[0])
+    ref = ("kpe-system", "caps")
+    params = TEAMS.split("---")[0].replace("spec:\n", "spec:\n  params: {cap: 1}\n  paramsFrom: {configMap: {namespace: kpe-system, name: caps}}\n", 1)
+    three, four = (load_text(params, file="teams.yaml", cluster_params={ref: {"cap": v}}).policies[0] for v in ("3", "4"))
+    assert three.params == {"cap": 3}
+    assert policy_digest(three) != policy_digest(four)

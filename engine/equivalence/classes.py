@@ -14,9 +14,12 @@ Rules that read ``now`` run on every request (the filter replays the
 remembered rules around them in the same order, so the verdict and reason
 are exactly those of a full evaluation), except on nodes where the operands
 of a top-level ``||`` that do not read ``now`` already hold. The rules
-themselves are bound once per class. Results are kept for one policy-set
-generation only, for at most ``classes`` classes (least recently used go
-first).
+themselves are bound once per class. Results are kept for at most ``classes``
+classes (least recently used go first), keyed by the content of the policies
+that match the class (``PolicyReads.digest``) rather than by the set's
+generation: a reload that changes one policy leaves every class that policy
+does not match with its results, so a GitOps change to one team's policy is
+not a cold start for every other pod in the cluster.
 """
 
 from __future__ import annotations
@@ -411,7 +414,9 @@ def _falses(flags: list[bool]) -> list[int]:
 
 
 class EquivalenceCache:
-    """Per-node results for the most recently used pod classes of one generation."""
+    """Per-node results for the most recently used pod classes, whatever generation their
+    policies came from: a class is keyed by its policies' content, so one that a reload left
+    alone keeps its results, and one whose policies changed is another class."""
 
     def __init__(self, *, classes: int = 16, clock: Callable[[], float] = time.perf_counter) -> None:
         self.classes = classes
@@ -419,11 +424,12 @@ class EquivalenceCache:
         self._generation = ""
         self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
         self._reads: dict[str, PolicyReads] = {}
-        self._paths: dict[tuple[str, ...], tuple[Path, ...]] = {}
-        self._namespace_paths: dict[tuple[str, ...], tuple[Path, ...]] = {}
-        # (policy name, pod fingerprint) -> (the policy, its match outcome); the policy object tells
-        # a new generation's policy of the same name from the old one.
-        self._matches: dict[tuple[str, bytes], tuple[Policy, Outcome]] = {}
+        # By the class's policies' digests: what their expressions read of the pod and its namespace.
+        self._paths: dict[tuple[bytes, ...], tuple[Path, ...]] = {}
+        self._namespace_paths: dict[tuple[bytes, ...], tuple[Path, ...]] = {}
+        # (policy name, pod fingerprint) -> (the policy's digest, its match outcome); the digest
+        # tells a changed policy of the same name from one a reload left as it was.
+        self._matches: dict[tuple[str, bytes], tuple[bytes, Outcome]] = {}
 
     def __len__(self) -> int:
         return len(self._tables)
@@ -435,30 +441,31 @@ class EquivalenceCache:
             return None
         if generation != self._generation:
             self._generation = generation
-            self._tables.clear()
+            # What is keyed by name alone goes (a policy dropped from the set would keep its analysis);
+            # tables and match outcomes are keyed by content and stay.
             self._reads.clear()
-            self._paths.clear()
-            self._namespace_paths.clear()
-            self._matches.clear()
-        names = tuple(s.policy.name for s in scopes)
-        paths = self._paths.get(names)
+            if len(self._paths) > PATHS_KEPT:
+                self._paths.clear()
+                self._namespace_paths.clear()
+        digests = tuple(self.reads(s.policy).digest for s in scopes)
+        paths = self._paths.get(digests)
         if paths is None:
             read: set[Path] = set()
             for scope in scopes:
                 read |= self.reads(scope.policy).pod_paths
-            paths = self._paths[names] = tuple(sorted(read))
-            self._namespace_paths[names] = tuple(sorted({p for scope in scopes for p in self.reads(scope.policy).namespace_paths}))
+            paths = self._paths[digests] = tuple(sorted(read))
+            self._namespace_paths[digests] = tuple(sorted({p for scope in scopes for p in self.reads(scope.policy).namespace_paths}))
         fingerprint = pod_fingerprint(pod, paths)
         if fingerprint is None:
             return None
-        namespace_paths = self._namespace_paths[names]
+        namespace_paths = self._namespace_paths[digests]
         if namespace_paths:
             # A namespace's labels changed: its pods are another class (the cache replaced the object).
             seen = namespace_fingerprint(scopes[0].fixed.get("namespaceObject"), namespace_paths)
             if seen is None:
                 return None
             fingerprint += seen
-        key = (verb, names, fingerprint)
+        key = (verb, digests, fingerprint)
         table = self._tables.get(key)
         if table is None:
             blind = not any(self.reads(s.policy).reads_node_info(verb) for s in scopes)
@@ -485,10 +492,10 @@ class EquivalenceCache:
             return evaluate()
         key = (policy.name, fingerprint)
         found = self._matches.get(key)
-        if found is None or found[0] is not policy:
+        if found is None or found[0] != reads.digest:
             if len(self._matches) >= MATCHES_KEPT:
                 self._matches.clear()
-            found = self._matches[key] = (policy, evaluate())
+            found = self._matches[key] = (reads.digest, evaluate())
         return found[1]
 
     def reads(self, policy: Policy) -> PolicyReads:
@@ -507,3 +514,4 @@ def namespace_fingerprint(namespace: Any, paths: Sequence[Path]) -> bytes | None
 
 
 MATCHES_KEPT = 4096  # remembered match outcomes, all forgotten at once past this
+PATHS_KEPT = 1024  # combinations of policies whose reads are kept, all forgotten at once past this

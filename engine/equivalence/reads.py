@@ -6,6 +6,7 @@ whatever the time (its guard). Worked out once per policy from the compiled synt
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+import hashlib
 from typing import Any
 
 import orjson
@@ -21,11 +22,21 @@ Path = tuple[str, ...]
 PER_REQUEST = frozenset(("now", "counts"))
 
 
+def policy_digest(policy: Policy) -> bytes:
+    """What a policy decides with, as a hash: its document (a reservation's included), the file
+    it came from (its messages name it), and the values of a ConfigMap it takes its params from.
+    Two loads of the same content give the same digest, so what was remembered for one serves
+    the other (``engine.equivalence.classes``)."""
+    content = [policy.name, policy.file, policy.source, policy.params if policy.params_from else None, policy.params_error]
+    return hashlib.blake2b(orjson.dumps(content, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str), digest_size=16).digest()
+
+
 class PolicyReads:
     """What one policy's node-facing expressions read of the pod, and which of its rules read the clock."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
+        self.digest = policy_digest(policy)
         expressions: list[Expression] = [v.expression for v in policy.variables]
         for rule in policy.filters:
             expressions.append(rule.expression)
