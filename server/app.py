@@ -31,7 +31,7 @@ from server.http.certificate import ServingCertificate
 from server.telemetry.decisionlog import DecisionLog
 from server.http.responses import json_response
 from server.verbs.endpoints import VERBS
-from server.http.listeners import WEBHOOK_PATH, SurfaceGuard
+from server.http.listeners import POLICY_WEBHOOK_PATH, WEBHOOK_PATH, SurfaceGuard
 from server.telemetry.logs import new_request_id, request_id
 from server.reload.store import NoConfigMaps, PolicyStore
 from server.reservations.endpoint import reservations_endpoint
@@ -40,6 +40,7 @@ from server.state import ServerState
 from server.verbs.endpoints import VerbDispatch, VerbEndpoint
 from server.verbs.wholenodes import WholeNodes
 from server.admission.webhook import handle_admission
+from server.admission.policies import handle_policy_admission
 
 
 log = logging.getLogger("kpe.server")
@@ -233,6 +234,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         Route("/apis/v1/gated", introspection.gated, methods=["GET"]),
         Route("/apis/v1/reservations", reservations_endpoint, methods=["GET"]),
         Route(WEBHOOK_PATH, handle_admission, methods=["POST"], name="admission"),
+        Route(POLICY_WEBHOOK_PATH, handle_policy_admission, methods=["POST"], name="policy-admission"),
     ]
     app = Starlette(
         routes=routes,
