@@ -94,7 +94,7 @@ def test_a_policy_with_a_cel_type_error_is_refused_with_its_field_path_and_code(
                 "group": "kpe.dev",
                 "kind": "SchedulingPolicy",
                 "name": "gpu-only",
-                "causes": [{"type": "FieldValueInvalid", "field": "spec.filters[0].expression", "message": message.split(": ", 1)[1]}],
+                "causes": [{"reason": "FieldValueInvalid", "field": "spec.filters[0].expression", "message": message.split(": ", 1)[1]}],
             },
         },
     }

@@ -54,7 +54,7 @@ def refusal(uid: str, obj: dict[str, Any], errors: list[PolicyError]) -> dict[st
             "group": "kpe.dev",
             "kind": str(obj.get("kind") or ""),
             "name": str((meta or {}).get("name") or ""),
-            "causes": [{"type": "FieldValueInvalid", "field": e.path, "message": f"{e.code} {e.message}"} for e in errors],
+            "causes": [{"reason": "FieldValueInvalid", "field": e.path, "message": f"{e.code} {e.message}"} for e in errors],
         },
     }
     return answer
