@@ -118,6 +118,12 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
     if "reservations" in settings.controller_set:
         reservations = state.reservations = ReservationController(state, resync_s=settings.gate_resync_s or 30.0)
         tasks.append(asyncio.create_task(reservations.run(stop, elector.leading), name="reservation-controller"))
+    if settings.policy_reports:
+        from server.reports.controller import AuditReporter
+
+        reporter = AuditReporter(state, interval_s=settings.policy_report_interval_s)
+        state.audit_notes = reporter
+        tasks.append(asyncio.create_task(reporter.run(stop, elector.leading), name="policy-reports"))
     return tasks
 
 
@@ -192,7 +198,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
                 requeue = state.requeue = Requeuer(rate=settings.requeue_rate)
                 state.cache.namespaces.on_change = requeue.namespace_changed
                 tasks.append(asyncio.create_task(requeue.run(state, stop), name="requeue-after-reload"))
-            if controllers & {"gates", "reservations"}:
+            if controllers & {"gates", "reservations"} or settings.policy_reports:
                 tasks += start_gate_controller(state, stop)
             else:
                 # A kpe started by hand with someone's kubeconfig must not act on their cluster.

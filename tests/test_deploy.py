@@ -327,6 +327,22 @@ def test_the_bind_component_adds_the_setting_and_exactly_its_rbac(tmp_path: Path
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kpe", "namespace": "kpe-system"}]
 
 
+def test_the_policy_reports_component_adds_the_setting_and_exactly_the_writer_s_rbac(tmp_path: Path, objects: list[Obj]) -> None:
+    assert "KPE_POLICY_REPORTS" not in literal_env(container(objects)), "off unless the deployment asks for it"
+    shutil.copytree(DEPLOY, tmp_path / "deploy")
+    (tmp_path / "overlay").mkdir()
+    (tmp_path / "overlay" / "kustomization.yaml").write_text("resources: [../deploy]\ncomponents: [../deploy/policy-reports]\n")
+    with_reports = kustomize(tmp_path / "overlay")
+    assert literal_env(container(with_reports))["KPE_POLICY_REPORTS"] == "true"
+    # server/cluster/policyreports.py: list kpe's reports, create, replace (update) and delete them; nothing else.
+    assert rules(one(with_reports, "ClusterRole", "kpe-policy-reports")) == {
+        ("wgpolicyk8s.io", "policyreports", "list"), ("wgpolicyk8s.io", "policyreports", "create"),
+        ("wgpolicyk8s.io", "policyreports", "update"), ("wgpolicyk8s.io", "policyreports", "delete"),
+    }
+    binding = one(with_reports, "ClusterRoleBinding", "kpe-policy-reports")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kpe", "namespace": "kpe-system"}]
+
+
 def test_rbac_is_exactly_least_privilege(objects: list[Obj]) -> None:
     assert rules(one(objects, "ClusterRole")) == CLUSTER_RULES
     role = one(objects, "Role", "kpe-leader-election")
