@@ -223,3 +223,103 @@ def test_without_the_policy_report_crd_nothing_is_written_and_the_next_pass_look
 
     asyncio.run(scenario())
     assert [c.split(" ")[0] for c in api.calls] == ["LIST", "LIST", "POST"]
+
+
+# -- the leader's reporter ------------------------------------------------------------------
+
+
+class Cache:
+    """What the reporter reads of kpe's cluster cache; bound pods are cut as the cache cuts them."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self.by_uid: dict[str, dict[str, Any]] = {}
+        self._nodes = nodes
+        self.node_info = None
+        self.counts = None
+
+    def put(self, pod: dict[str, Any]) -> None:
+        self.by_uid[pod["metadata"]["uid"]] = pod
+
+    def pods(self) -> list[dict[str, Any]]:
+        return list(self.by_uid.values())
+
+    def pod_by_uid(self, uid: str) -> dict[str, Any] | None:
+        return self.by_uid.get(uid)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._nodes
+
+
+def cut(whole: dict[str, Any], node: str) -> dict[str, Any]:
+    """A bound pod as kpe's cache keeps it: no labels, nothing a policy does not read of other pods."""
+    return {"metadata": {k: whole["metadata"][k] for k in ("name", "namespace", "uid")}, "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+
+
+def reporter(cache: Cache, api: Reports, **kw: Any) -> Any:
+    from types import SimpleNamespace
+
+    from server.reports.controller import AuditReporter
+    from server.telemetry.metrics import Metrics
+
+    store = SimpleNamespace(current=load_text(POLICIES))
+    state = SimpleNamespace(client=api, cache=cache, store=store, metrics=Metrics(), namespaces=lambda: None)
+    made = AuditReporter(state, interval_s=1, clock=lambda: 1_000.0, **kw)  # type: ignore[arg-type]
+    return made
+
+
+def test_a_pod_the_filter_verb_noted_keeps_its_finding_once_bound_though_the_cache_cuts_it() -> None:
+    cache, api = Cache([PLAIN]), Reports()
+    audit = reporter(cache, api)
+    whole = pod("fast", node="")
+    audit.note(whole)
+    assert audit.kept == {}, "a replica that does not lead keeps nothing"
+    audit.leading = True
+    audit.note(whole)
+    cache.put(cut(whole, "plain-1"))  # bound before any pass saw it pending
+    asyncio.run(audit.reconcile())
+    audit.worker.close()
+    [result] = api.objects["ml"]["results"]
+    assert result["message"] == "would have kept the pod off its node plain-1: gpu-only/gpu-node: node has no GPU"
+    assert result["resources"] == [{"apiVersion": "v1", "kind": "Pod", "namespace": "ml", "name": "fast", "uid": "uid-fast"}]
+
+
+def test_kept_pods_go_when_the_cache_loses_them_or_they_finish_and_the_oldest_go_past_the_limit() -> None:
+    cache = Cache([PLAIN])
+    audit = reporter(cache, Reports(), max_kept=2)
+    audit.leading = True
+    for name in ("a", "b", "c"):
+        whole = pod(name)
+        cache.put(whole)
+        audit.note(whole)
+    assert list(audit.kept) == ["uid-b", "uid-c"]
+    del cache.by_uid["uid-b"]
+    cache.put({**cut(pod("c"), "plain-1"), "status": {"phase": "Succeeded"}})
+    cache.by_uid.pop("uid-a")
+    assert audit.subjects() == [] and audit.kept == {}
+    audit.worker.close()
+
+
+def test_a_bound_pod_s_findings_are_remembered_while_its_node_and_node_info_are_the_same_and_never_for_long() -> None:
+    from engine.reports.audit import FindingsMemo
+
+    clock = [0.0]
+    memo = FindingsMemo(max_age_s=60, clock=lambda: clock[0])
+    policies, bound = load_text(POLICIES), [pod("a", node="plain-1")]
+    info: dict[str, Any] = {"plain-1": {"pods": [], "podCount": 0, "requested": {}}}
+
+    def again() -> list[Finding]:
+        return audit_findings(policies, bound, [PLAIN], node_info=info, now=NOW, memo=memo)
+
+    first = again()
+    assert [f.pod for f in first] == ["a"] and memo.hits == 0
+    assert again() == first and memo.hits == 1
+    info["plain-1"] = {"pods": [], "podCount": 0, "requested": {}}  # kpe's cache replaces a node's view when its pods change
+    again()
+    assert memo.hits == 1
+    clock[0] = 61
+    again()
+    assert memo.hits == 1, "too old: evaluated again (rules may read now)"
+    again()
+    assert memo.hits == 2
+    bound.clear()
+    assert again() == [] and memo.get("uid-a", ()) is None, "a pod gone is forgotten"

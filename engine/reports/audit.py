@@ -18,20 +18,28 @@ A finding is what enforcing the policy would change for the pod now:
 
 Pods that are finished, being deleted or in the set's excluded namespaces have none, so a
 pod's findings go when the pod does. Enforce policies are not evaluated: they decide already.
+
+Most pods of a pass are bound and nothing about them changed since the last one, so a bound
+pod's findings are remembered (``FindingsMemo``) while the set, the pod's node, the node's
+``nodeInfo`` (a view kpe's cache replaces, never changes) and its Namespace are the same
+objects, for at most ``max_age_s`` (rules that read ``now``); never for a set whose Audit
+policies read ``counts``, which change with pods on other nodes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.cluster.nodeinfo import is_active, node_name, pod_key
 from engine.decisions.admission import admit
-from engine.decisions.evaluation import matching_scopes, request_inputs
+from engine.decisions.evaluation import matching_scopes, namespace_object, request_inputs
 from engine.decisions.filtering import NO_NODE_INFO, RuleEvent, evaluate_rule, filter_nodes, judge
 from engine.decisions.preemption import without_counted, without_victims
+from engine.policy.counts import reads_counts
 from engine.policy.model import PolicySet
 
 FILTER, ADMISSION = "filter", "admission"
@@ -59,6 +67,32 @@ class Finding:
         return (self.namespace, self.pod, self.policy, self.rule)
 
 
+class FindingsMemo:
+    """Bound pods' findings from earlier passes, by pod uid (see the module docstring)."""
+
+    def __init__(self, *, max_age_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self._entries: dict[str, tuple[tuple[Any, ...], float, list[Finding]]] = {}
+        self.hits = 0
+
+    def get(self, uid: str, depends: tuple[Any, ...]) -> list[Finding] | None:
+        entry = self._entries.get(uid)
+        if entry is None or len(entry[0]) != len(depends) or any(a is not b for a, b in zip(entry[0], depends)):
+            return None
+        if self.clock() - entry[1] > self.max_age_s:
+            return None
+        self.hits += 1
+        return entry[2]
+
+    def put(self, uid: str, depends: tuple[Any, ...], found: list[Finding]) -> None:
+        self._entries[uid] = (depends, self.clock(), found)
+
+    def keep_only(self, uids: set[str]) -> None:
+        for uid in set(self._entries) - uids:
+            del self._entries[uid]
+
+
 def audit_only(policy_set: PolicySet) -> PolicySet | None:
     """The set's Audit policies as a set of their own (None when it has none)."""
     audit = tuple(p for p in policy_set.policies if not p.enforce)
@@ -75,15 +109,23 @@ def audit_findings(
     namespaces: Mapping[str, Any] | None = None,
     now: Any = None,
     cluster_pods: Sequence[Mapping[str, Any]] = (),
+    memo: FindingsMemo | None = None,
 ) -> list[Finding]:
     """Every finding of the set's Audit policies over ``pods``, sorted. ``nodes`` are the
     cluster's, ``node_info`` and ``counts`` what kpe's cache keeps, ``cluster_pods`` what
-    admission expressions read as ``pods``; ``now`` is the CEL timestamp to evaluate at."""
+    admission expressions read as ``pods``; ``now`` is the CEL timestamp to evaluate at;
+    ``memo`` keeps bound pods' findings for the next call."""
     audit = audit_only(policy_set)
     if audit is None:
+        if memo is not None:
+            memo.keep_only(set())
         return []
+    if memo is not None and any(reads_counts(p) for p in audit.policies):
+        memo.keep_only(set())
+        memo = None
     by_name = {node_name(n): n for n in nodes}
     findings: list[Finding] = []
+    remembered: set[str] = set()
     for pod in pods:
         meta = pod.get("metadata") or {}
         if not is_active(pod) or meta.get("deletionTimestamp"):
@@ -92,11 +134,23 @@ def audit_findings(
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound:
             node = by_name.get(bound)
-            if node is not None:
+            if node is None:
+                continue
+            if memo is None or not where[2]:
                 findings += _on_its_node(audit, pod, node, node_info, counts, namespaces, now, where)
+                continue
+            depends = (policy_set, node, node_info.get(bound) if node_info is not None else None, namespace_object(pod, namespaces))
+            found = memo.get(where[2], depends)
+            if found is None:
+                found = _on_its_node(audit, pod, node, node_info, counts, namespaces, now, where)
+                memo.put(where[2], depends, found)
+            remembered.add(where[2])
+            findings += found
         else:
             findings += _anywhere(audit, pod, nodes, node_info, counts, namespaces, now, where)
             findings += _held(audit, pod, nodes, cluster_pods, namespaces, now, where)
+    if memo is not None:
+        memo.keep_only(remembered)
     return sorted(findings)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.cluster.nodeinfo import is_active
 from engine.decisions.evaluation import current_time
-from engine.reports.audit import audit_findings, audit_only
+from engine.reports.audit import FindingsMemo, audit_findings, audit_only
 from engine.reports.policyreport import AuditReports
 
 from server.cluster.leader import run_passes
@@ -51,6 +51,7 @@ class AuditReporter:
         self.max_kept = max_kept
         self.kept: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> the pod whole
         self.reports = AuditReports()
+        self.memo = FindingsMemo(max_age_s=RESYNC_S)  # bound pods' findings, while nothing they read changed
         self.worker = Worker(name="kpe-reports")  # passes off the decisions' thread
         assert state.client is not None
         self.writer = ReportWriter(state.client, count=lambda action: state.metrics.policy_report_writes.labels(action).inc())
@@ -93,12 +94,14 @@ class AuditReporter:
         policy_set = self.state.store.current
         if audit_only(policy_set) is None:
             self.kept.clear()
+            self.memo.keep_only(set())
             findings = []
         else:
             pods, nodes = self.subjects(), cache.nodes()
             info, counts, namespaces, everyone = cache.node_info, cache.counts, self.state.namespaces(), cache.pods()
             findings = await self.worker.run(
-                lambda: audit_findings(policy_set, pods, nodes, node_info=info, counts=counts, namespaces=namespaces, now=current_time(), cluster_pods=everyone)
+                lambda: audit_findings(policy_set, pods, nodes, node_info=info, counts=counts, namespaces=namespaces, now=current_time(),
+                                       cluster_pods=everyone, memo=self.memo)
             )
         wanted = self.reports.build(findings, now_s=self.clock())
         writes = await self.writer.write(wanted)
@@ -109,6 +112,7 @@ class AuditReporter:
         """Not leading: the next leader writes; this replica reads the cluster again if it leads later."""
         self.leading = False
         self.kept.clear()
+        self.memo.keep_only(set())
         self.writer.forget()
 
     async def run(self, stop: asyncio.Event, leading: asyncio.Event) -> None:
