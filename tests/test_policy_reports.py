@@ -323,3 +323,11 @@ def test_a_bound_pod_s_findings_are_remembered_while_its_node_and_node_info_are_
     assert memo.hits == 2
     bound.clear()
     assert again() == [] and memo.get("uid-a", ()) is None, "a pod gone is forgotten"
+
+
+def test_reports_are_off_unless_the_deployment_turns_them_on_and_need_cluster_access() -> None:
+    from server.settings import Settings
+
+    assert Settings().policy_reports is False
+    assert "--policy-reports writes to the cluster: it needs --cluster on or auto" in Settings(policies="p", policy_reports=True, cluster="off").validate()
+    assert Settings(policies="p", policy_report_interval_s=0).validate() == ["--policy-report-interval-s must be positive"]
