@@ -31,6 +31,7 @@ CODES = {
     "KPE401": "duplicate rule or variable name",
     "KPE402": "the policy set is empty",
     "KPE403": "a reservation's template holds a bad quantity",
+    "KPE404": "two policies share a scheduling gate",
     "KPE500": "policy test failed to load",
 }
 

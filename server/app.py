@@ -86,6 +86,29 @@ async def freeze_after_sync(cache: Any) -> None:
     gc.freeze()
 
 
+async def serve_cluster_policies(state: ServerState, stop: asyncio.Event) -> list[asyncio.Task[Any]]:
+    """``--policy-source cluster``: list and watch kpe's objects, load the first set from them
+    (its errors stop start-up, as a broken policy file does), then reload on every change."""
+    from server.cluster.informer import Informer
+    from server.cluster.policyobjects import PolicyObjects, PolicySourceError
+
+    settings, store, client = state.settings, state.store, state.client
+    if client is None:
+        raise PolicySourceError("--policy-source cluster needs cluster access: no credentials were found (--kubeconfig, or run in a pod)")
+    objects = state.policy_objects = PolicyObjects(
+        lambda kind, path, sink: Informer(kind, path, client=client, sink=sink, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s)
+    )
+    store.objects = objects
+    try:
+        await objects.start(client, stop)
+        store.load_initial()
+    except BaseException:
+        await objects.close()
+        raise
+    objects.dirty.clear()  # the first list is what the first set was loaded from
+    return [asyncio.create_task(objects.serve(store, stop), name="policy-objects-reload")]
+
+
 async def connect_cluster(settings: Settings) -> Any:
     """A Kubernetes client, or None when kpe runs without cluster access."""
     if settings.cluster == "off":
@@ -99,6 +122,7 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
     """The Lease campaign and the controllers --controllers switched on, which act while this replica leads."""
     from server.admission.gates import GateController
     from server.cluster.leader import LeaderElector, default_identity
+    from server.cluster.policystatus import StatusWriter
     from server.reservations.controller import ReservationController
 
     settings = state.settings
@@ -118,6 +142,9 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
     if "reservations" in settings.controller_set:
         reservations = state.reservations = ReservationController(state, resync_s=settings.gate_resync_s or 30.0)
         tasks.append(asyncio.create_task(reservations.run(stop, elector.leading), name="reservation-controller"))
+    if "status" in settings.controller_set and state.policy_objects is not None:
+        writer = StatusWriter(state.client, state.policy_objects, state.store)
+        tasks.append(asyncio.create_task(writer.run(stop, elector.leading), name="policy-status"))
     if settings.policy_reports:
         from server.reports.controller import AuditReporter
 
@@ -144,7 +171,8 @@ async def _json_http_error(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings, *, store: PolicyStore | None = None, client: Any = None, connect: bool = True) -> Starlette:
     """The kpe app. ``client`` injects a Kubernetes client (tests); otherwise the
     lifespan connects according to ``settings.cluster`` unless ``connect`` is False."""
-    if store is None and not settings.policies:
+    cluster_source = settings.policy_source == "cluster"
+    if store is None and not settings.policies and not cluster_source:
         # An empty path would load whatever lies in the working directory.
         raise ValueError(NO_POLICIES)
     store = store or PolicyStore(
@@ -157,8 +185,8 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         # paramsFrom's ConfigMaps: none found until the cluster cache watches them (it
         # becomes the store's source), so such a policy starts denying, not on its defaults.
         store.params = NoConfigMaps()
-    if not store.ready:
-        store.load_initial()
+    if not store.ready and not cluster_source:
+        store.load_initial()  # the cluster's objects are loaded once listed, in the lifespan
     state = ServerState(
         settings=settings,
         store=store,
@@ -171,11 +199,25 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         stop = asyncio.Event()
-        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(store.watch(debounce_ms=settings.reload_debounce_ms, stop=stop), name="policy-watch")]
+        tasks: list[asyncio.Task[Any]] = []
+        if not cluster_source:
+            tasks.append(asyncio.create_task(store.watch(debounce_ms=settings.reload_debounce_ms, stop=stop), name="policy-watch"))
         if state.certificate is not None and state.certificate.context is not None:
             tasks.append(asyncio.create_task(state.certificate.watch(stop=stop, debounce_ms=settings.reload_debounce_ms), name="certificate-watch"))
         if state.client is None and connect:
             state.client = await connect_cluster(settings)
+        if cluster_source and not store.ready:
+            try:
+                tasks += await serve_cluster_policies(state, stop)
+            except Exception as exc:
+                # Said by `kpe serve` once the listeners have stopped (server.cli.serve).
+                app.state.startup_error = exc
+                stop.set()
+                for task in tasks:
+                    task.cancel()
+                if state.client is not None and client is None:
+                    await state.client.close()
+                raise
         if state.client is None:
             log.warning(
                 "no cluster credentials: serving whole-node requests only; requests with node names "
@@ -198,7 +240,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
                 requeue = state.requeue = Requeuer(rate=settings.requeue_rate)
                 state.cache.namespaces.on_change = requeue.namespace_changed
                 tasks.append(asyncio.create_task(requeue.run(state, stop), name="requeue-after-reload"))
-            if controllers & {"gates", "reservations"} or settings.policy_reports:
+            if controllers & {"gates", "reservations", "status"} or settings.policy_reports:
                 tasks += start_gate_controller(state, stop)
             else:
                 # A kpe started by hand with someone's kubeconfig must not act on their cluster.
@@ -219,6 +261,8 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
             await asyncio.gather(*tasks, return_exceptions=True)
             state.worker.close()
             state.admission_worker.close()
+            if state.policy_objects is not None:
+                await state.policy_objects.close()
             if state.client is not None and client is None:
                 await state.client.close()
 

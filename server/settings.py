@@ -21,7 +21,8 @@ class UsageError(Exception):
 
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # every kpe command's exit codes
-CONTROLLERS = ("gates", "reservations", "requeue")  # what --controllers may switch on
+CONTROLLERS = ("gates", "reservations", "requeue", "status")  # what --controllers may switch on
+POLICY_SOURCES = ("files", "cluster")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -42,7 +43,16 @@ def policy_paths(given: Sequence[str] | str | None) -> list[str]:
 
 @dataclass(frozen=True)
 class Settings:
-    policies: str = field(default="", metadata={"help": "policy file or directory (hot-reloaded); required: kpe serves no policy it was not given"})
+    policies: str = field(default="", metadata={"help": "policy file or directory (hot-reloaded); required with --policy-source files: kpe serves no policy it was not given"})
+    policy_source: str = field(
+        default="files",
+        metadata={
+            "choices": POLICY_SOURCES,
+            "help": "where the policies come from: files (--policies, hot-reloaded) or cluster (the SchedulingPolicy and Reservation "
+            "objects in the cluster, listed and watched: a change serves as soon as the watch delivers it and the set compiles; "
+            "needs cluster access, kpe's CRDs and their RBAC: deploy/cluster-policies/, docs/guides/cluster-policies.md)",
+        },
+    )
     host: str = field(default="127.0.0.1", metadata={"group": "listening and TLS", "help": "address to listen on (0.0.0.0 in a pod)"})
     port: int = field(default=8888, metadata={"group": "listening and TLS", "help": "port to listen on"})
     prefix: str = field(default="/scheduler", metadata={"group": "listening and TLS", "help": "URL prefix of the extender verbs (kube-scheduler's urlPrefix path)"})
@@ -73,8 +83,10 @@ class Settings:
         metadata={
             "group": "cluster access and cache",
             "help": "what kpe may change in the cluster, comma-separated: gates (the gate controller lifts scheduling gates), "
-            "reservations (placeholder pods), requeue (touches rejected pods after a reload); either of the first two joins "
-            "the Lease; none: kpe answers, explains and previews but never writes to the cluster (deploy/ turns all three on)",
+            "reservations (placeholder pods), requeue (touches rejected pods after a reload), status (with --policy-source "
+            "cluster: the status of the SchedulingPolicy and Reservation objects); gates, reservations and status join the "
+            "Lease; none: kpe answers, explains and previews but never writes to the cluster (deploy/ turns on the first three, "
+            "deploy/cluster-policies/ status too)",
         },
     )
     excluded_namespaces: str = field(
@@ -229,8 +241,12 @@ class Settings:
             problems.append("--policy-report-interval-s must be positive")
         if self.in_flight_s < 0:
             problems.append("--in-flight-s must be 0 (off) or more")
-        if not self.policies:
+        if not self.policies and self.policy_source != "cluster":
             problems.append(NO_POLICIES)
+        if self.policy_source == "cluster" and self.cluster == "off":
+            problems.append("--policy-source cluster reads the policies from the cluster: it needs --cluster auto or on")
+        if "status" in self.controller_set and self.policy_source != "cluster":
+            problems.append("--controllers status writes the status of the policies kept in the cluster: it needs --policy-source cluster")
         unknown = sorted(self.controller_set - set(CONTROLLERS))
         if unknown:
             problems.append(f"--controllers takes {', '.join(CONTROLLERS)} (comma-separated), not {', '.join(unknown)}")

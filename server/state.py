@@ -23,6 +23,7 @@ from server.verbs.vetoes import VetoEvents
 if TYPE_CHECKING:
     from server.cluster.cache import ClusterCache
     from server.cluster.kube import KubeClient
+    from server.cluster.policyobjects import PolicyObjects
     from server.http.certificate import ServingCertificate
     from server.verbs.wholenodes import WholeNodes
 
@@ -93,6 +94,7 @@ class ServerState:
     cache: ClusterCache | None = None
     gates: Gates | None = None
     elector: Any = None  # LeaderElector when the gate controller runs
+    policy_objects: PolicyObjects | None = None  # --policy-source cluster: the objects the policies come from
     equivalence: EquivalenceCache = field(default_factory=EquivalenceCache)
     in_flight_counting: tuple[Any, Any] | None = None  # (policy set, what counting pods in flight takes under it): server.verbs.inflight
     certificate: ServingCertificate | None = None  # with --tls-cert: reloaded when its files change

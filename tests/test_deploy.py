@@ -356,6 +356,37 @@ def test_rbac_is_exactly_least_privilege(objects: list[Obj]) -> None:
     assert rules(params) == {("", "configmaps", "get"), ("", "configmaps", "list"), ("", "configmaps", "watch")}  # paramsFrom, kpe's namespace only
 
 
+CLUSTER_POLICY_RULES = {
+    ("kpe.dev", "schedulingpolicies", "list"), ("kpe.dev", "schedulingpolicies", "watch"),
+    ("kpe.dev", "reservations", "list"), ("kpe.dev", "reservations", "watch"),
+    ("kpe.dev", "schedulingpolicies/status", "patch"), ("kpe.dev", "reservations/status", "patch"),
+}  # fmt: skip  # server/cluster/policyobjects.py reads, server/cluster/policystatus.py writes status only
+
+
+def test_the_cluster_policies_component_adds_the_crds_their_least_rbac_and_the_cluster_source(tmp_path: Path, objects: list[Obj]) -> None:
+    with_source = with_components(tmp_path, "cluster-policies")
+    crds = sorted((o for o in with_source if o["kind"] == "CustomResourceDefinition"), key=lambda o: str(o["metadata"]["name"]))
+    shipped = [yaml.safe_load((DEPLOY / "crds" / name).read_text()) for name in ("reservations.yaml", "schedulingpolicies.yaml")]
+    # As generated, but for the base's part-of label.
+    assert [{**c, "metadata": {"name": c["metadata"]["name"]}} for c in crds] == shipped
+    assert rules(one(with_source, "ClusterRole", "kpe-cluster-policies")) == CLUSTER_POLICY_RULES
+    assert one(with_source, "ClusterRoleBinding", "kpe-cluster-policies")["subjects"] == [{"kind": "ServiceAccount", "name": "kpe", "namespace": "kpe-system"}]
+    assert rules(one(with_source, "ClusterRole", "kpe")) == CLUSTER_RULES, "the base's role is unchanged"
+    c = container(with_source)
+    env = literal_env(c)
+    for e in c["env"]:
+        if "valueFrom" in e:
+            env[e["name"]] = "from-the-pod"
+    settings = load_settings(environ=env)
+    assert settings.validate() == []
+    assert settings.policy_source == "cluster" and settings.controller_set == {"gates", "reservations", "requeue", "status"}
+    assert settings.allow_empty_policies, "a fresh install has no objects yet"
+    # Nothing else of the base changes.
+    changed = [o for o in with_source if o["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Deployment")]
+    assert changed == [o for o in objects if o["kind"] not in ("ClusterRole", "ClusterRoleBinding", "Deployment")]
+    assert load_settings(environ={**literal_env(container(objects))}).policy_source == "files", "the base keeps reading files"
+
+
 def test_the_placeholder_priority_class_is_below_default_pods_and_never_preempts(objects: list[Obj]) -> None:
     priority = one(objects, "PriorityClass", "kpe-placeholder")
     assert priority["value"] < 0 and priority["preemptionPolicy"] == "Never" and not priority["globalDefault"]

@@ -428,7 +428,7 @@ def test_every_api_path_the_docs_name_is_served() -> None:
 
 
 # Flags of other programs that the docs use.
-OTHER_PROGRAMS = {"--cacert", "--cert", "--key", "--resolve", "--admission-control-config-file"}
+OTHER_PROGRAMS = {"--cacert", "--cert", "--key", "--resolve", "--admission-control-config-file", "--dry-run"}
 
 
 def kpe_options() -> set[str]:

@@ -37,7 +37,10 @@ class Document:
     lines: list[str] = field(default_factory=list, repr=False)
 
     def location(self, path: Path, *, key: bool = False) -> Location:
-        """The closest recorded position of ``path`` (walking up to its parents)."""
+        """The closest recorded position of ``path`` (walking up to its parents); just the
+        file for a document that has none (a Kubernetes object: ``engine.policy.objects``)."""
+        if not self.positions:
+            return Location(self.file)
         table = self.key_positions if key else self.positions
         probe = path
         while True:

@@ -94,6 +94,7 @@ def compile_documents(
     policies: list[Policy] = []
     errors: list[PolicyError] = []
     first_seen: dict[str, Location] = {}
+    gates: dict[str, tuple[str, Location]] = {}
     for doc in docs:
         data = doc.data
         other = foreign(data)
@@ -132,9 +133,28 @@ def compile_documents(
         first_seen[name] = doc.location(("metadata", "name"))
         policy, policy_errors = compile_with_params(doc, cost_limits, cluster_params)
         errors += policy_errors
+        if policy is not None and policy.admission is not None:
+            clash = _gate_clash(doc, policy.name, policy.admission.gate, gates)
+            if clash is not None:
+                errors.append(clash)
+                continue
         if policy is not None:
             policies.append(policy)
     return policies, errors
+
+
+def _gate_clash(doc: Document, name: str, gate: str, gates: dict[str, tuple[str, Location]]) -> PolicyError | None:
+    """KPE404: a scheduling gate is one policy's. Two policies that put the same gate on a
+    pod would each lift it when only its own expression is true, so the pod would wait for
+    whichever the set happened to index last."""
+    written = isinstance(doc.data.get("spec", {}).get("admission", {}).get("gate"), str)
+    path = ("spec", "admission", "gate") if written else ("spec", "admission")
+    if gate not in gates:
+        gates[gate] = (name, doc.location(path))
+        return None
+    owner, where = gates[gate]
+    message = f"scheduling gate {gate!r} is also the gate of policy {owner!r} ({where}); each policy needs a gate of its own"
+    return PolicyError("KPE404", message, doc.location(path), policy=name, path=".".join(path))
 
 
 def _compile_reservation(

@@ -38,10 +38,22 @@ def cmd_serve(args: argparse.Namespace, out: Any) -> int:
     except PolicyLoadError as exc:
         out.write(exc.render() + "\n\nkpe serve: the policies have errors; nothing to serve.\n")
         return 1
+    from server.cluster.policyobjects import PolicySourceError
     from server.http.listeners import run
 
-    run(app, settings)
-    return 0
+    try:
+        run(app, settings)
+    except SystemExit:
+        # uvicorn exits when the lifespan fails; --policy-source cluster loads its first set there.
+        if getattr(app.state, "startup_error", None) is None:
+            raise
+    failed = getattr(app.state, "startup_error", None)
+    if isinstance(failed, PolicyLoadError):
+        out.write(failed.render() + "\n\nkpe serve: the policies in the cluster have errors; nothing to serve.\n")
+        return 1
+    if isinstance(failed, PolicySourceError):
+        raise UsageError(str(failed))
+    return 1 if failed is not None else 0
 
 
 def add_serve_command(sub: Any) -> None:

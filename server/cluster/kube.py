@@ -799,6 +799,11 @@ class KubeClient:
         """A JSON merge patch (for a plain annotation change)."""
         return await self._call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body=patch, content_type="application/merge-patch+json")
 
+    async def merge_patch(self, path: str, patch: Obj) -> Obj:
+        """A JSON merge patch of any object or subresource (the status kpe writes on its own
+        kinds); ``metadata.resourceVersion`` in it makes the API server refuse it (409) when stale."""
+        return await self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
     async def create_pod(self, namespace: str, pod: Obj) -> Obj:
         """Create a pod (the reservation controller's placeholders); 409 when the name is taken."""
         return await self._call("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod)

@@ -13,6 +13,13 @@ Policies with ``paramsFrom`` are compiled with the ConfigMaps' values (``params`
 ``ParamsSource``: ``server.cluster.configmaps`` with a cluster, none found without one);
 a set that names a ConfigMap not watched yet is compiled again once it is listed, and a
 ConfigMap's change is a reload like a file's. Reloads run one at a time.
+
+With ``--policy-source cluster`` the set comes from SchedulingPolicy and Reservation objects
+(``objects``, an ``ObjectSource``: ``server.cluster.policyobjects`` keeps them as the watch
+delivers them) instead of files, under the same rule: the whole set compiles or the last good
+set keeps serving. Each outcome says which objects, at which ``metadata.generation``, it
+judged, and the store remembers those of the set serving, for the status kpe writes on them
+(``server.cluster.policystatus``).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from engine.policy.compiler import CostLimits
 from engine.errors import PolicyError, PolicyLoadError
 from engine.policy.loader import discover, load
 from engine.policy.model import SYSTEM_NAMESPACES, PolicySet
+from engine.policy.objects import ObjectKey, PolicyObject, load_objects
 
 log = logging.getLogger("kpe.policies")
 
@@ -41,6 +49,8 @@ class LoadOutcome:
     generation: str  # of the set serving after this load
     errors: tuple[PolicyError, ...] = ()
     at: float = field(default_factory=time.time)
+    # The cluster source's objects this load judged, with their metadata.generation.
+    objects: tuple[tuple[ObjectKey, int], ...] = ()
 
 
 Snapshot = tuple[tuple[str, str, int, int], ...]
@@ -55,6 +65,12 @@ class ParamsSource(Protocol):
     def covers(self, refs: frozenset[Ref]) -> bool: ...
 
     def ensure(self, refs: frozenset[Ref]) -> None: ...
+
+
+class ObjectSource(Protocol):
+    """The SchedulingPolicy and Reservation objects in the cluster, as they are now."""
+
+    def snapshot(self) -> tuple[PolicyObject, ...]: ...
 
 
 class NoConfigMaps:
@@ -88,8 +104,15 @@ class PolicyStore:
         stable_interval_s: float = 0.1,
         stable_checks: int = 20,
         sleep: Callable[[float], None] = time.sleep,
+        objects: ObjectSource | None = None,
     ) -> None:
         self.path = path
+        # The cluster source (--policy-source cluster); None: the files under ``path``.
+        self.objects = objects
+        # The objects (and their generations) of the set serving now, and of the last load tried.
+        self.served_objects: dict[ObjectKey, int] = {}
+        self._tried: tuple[tuple[ObjectKey, int], ...] = ()
+        self._outcome_listeners: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self.allow_empty = allow_empty
         self.cost_limits = cost_limits
         self.excluded_namespaces = frozenset(excluded_namespaces)
@@ -120,9 +143,15 @@ class PolicyStore:
         """The first load: errors here stop start-up (there is nothing to fall back to)."""
         policy_set = self._load()
         self._current = policy_set
-        self.last = LoadOutcome(True, policy_set.generation)
-        log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.path})
+        self.served_objects = dict(self._tried)
+        self.last = LoadOutcome(True, policy_set.generation, objects=self._tried)
+        log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.source})
         return policy_set
+
+    @property
+    def source(self) -> str:
+        """Where the policies come from, for logs: the path, or ``cluster``."""
+        return "cluster" if self.objects is not None else self.path
 
     def snapshot(self) -> Snapshot | None:
         """What the policy files look like now (name, target, size, mtime); None while they are moving under us."""
@@ -150,6 +179,8 @@ class PolicyStore:
         return False
 
     def _load(self) -> PolicySet:
+        if self.objects is not None:
+            return self._load_objects(self.objects.snapshot())
         params = self.params
         policy_set = load([self.path], allow_empty=self.allow_empty, cost_limits=self.cost_limits, excluded_namespaces=self.excluded_namespaces,
                           cluster_params=params.values() if params is not None else None)
@@ -160,27 +191,47 @@ class PolicyStore:
                               excluded_namespaces=self.excluded_namespaces, cluster_params=params.values())
         return policy_set
 
+    def _load_objects(self, objects: tuple[PolicyObject, ...]) -> PolicySet:
+        self._tried = tuple(sorted((o.key, o.generation) for o in objects))
+        params = self.params
+
+        def compiled(values: Mapping[Ref, Mapping[str, str] | None] | None) -> PolicySet:
+            return load_objects(objects, allow_empty=self.allow_empty, cost_limits=self.cost_limits,
+                                excluded_namespaces=self.excluded_namespaces, cluster_params=values)
+
+        policy_set = compiled(params.values() if params is not None else None)
+        refs = frozenset(p.params_from for p in policy_set.policies if p.params_from is not None)
+        if params is not None and not params.covers(refs):
+            params.ensure(refs)  # as for files: a ConfigMap not watched yet, then the set again
+            policy_set = compiled(params.values())
+        return policy_set
+
     def reload(self) -> LoadOutcome:
         """Compile the files as they are now, once they hold still, and swap if they are clean and different."""
         with self._reloading:
-            return self._reload()
+            outcome = self._reload()
+        for loop, event in self._outcome_listeners:
+            loop.call_soon_threadsafe(event.set)
+        return outcome
 
     def _reload(self) -> LoadOutcome:
         previous = self._current
-        if not self.wait_until_stable():
+        # Objects come whole from the API server: no file is half-written.
+        if self.objects is None and not self.wait_until_stable():
             log.warning("policy files still changing after %d checks; loading them as they are", self.stable_checks, extra={"path": self.path})
         try:
             candidate = self._load()
         except PolicyLoadError as exc:
             self.reloads["failure"] += 1
             generation = previous.generation if previous else ""
-            self.last = LoadOutcome(False, generation, tuple(exc.errors))
+            self.last = LoadOutcome(False, generation, tuple(exc.errors), objects=self._tried)
             for error in exc.errors:
                 log.error("policy reload failed; still serving generation %s: %s", generation, error.render(), extra={"error": error.to_dict()})
             return self.last
         if previous is not None and candidate.generation == previous.generation:
             self.reloads["unchanged"] += 1
-            self.last = LoadOutcome(True, previous.generation)
+            self.served_objects = dict(self._tried)  # the same content, maybe at other generations (an edit undone)
+            self.last = LoadOutcome(True, previous.generation, objects=self._tried)
             return self.last
         for guard in list(self._guards):
             try:
@@ -188,12 +239,13 @@ class PolicyStore:
             except Exception:  # noqa: BLE001 - a guard's failure must not stop reloads
                 log.exception("policy swap guard failed", extra={"generation": candidate.generation})
         self._current = candidate  # the swap: one reference, never mutated in place
+        self.served_objects = dict(self._tried)
         for policy in candidate.policies:
             if policy.params_problem:
                 log.warning("policy %s: %s (parameterNotFoundAction %s)", policy.name, policy.params_problem,
                             "Deny" if policy.params_error else "UseDefaults", extra={"generation": candidate.generation, "policy": policy.name})
         self.reloads["success"] += 1
-        self.last = LoadOutcome(True, candidate.generation)
+        self.last = LoadOutcome(True, candidate.generation, objects=self._tried)
         log.info(
             "policies reloaded",
             extra={"generation": candidate.generation, "previous": previous.generation if previous else None, "policies": len(candidate)},
@@ -214,6 +266,12 @@ class PolicyStore:
         """An event set after every successful swap (the gate controller re-evaluates on it)."""
         event = asyncio.Event()
         self._listeners.append((asyncio.get_running_loop(), event))
+        return event
+
+    def subscribe_outcomes(self) -> asyncio.Event:
+        """An event set after every reload, whatever its outcome (status reports refusals too)."""
+        event = asyncio.Event()
+        self._outcome_listeners.append((asyncio.get_running_loop(), event))
         return event
 
     async def watch(self, *, debounce_ms: int, stop: asyncio.Event) -> None:

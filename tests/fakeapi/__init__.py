@@ -30,7 +30,9 @@ and (optionally) a mutating admission webhook call on pod CREATE.
 - log: ``requests`` / ``requests_to(method, path_prefix)`` (method, path, query, headers, body, ``.json()``);
 - admission: ``add_mutating_webhook(name, url, verify=..., failure_policy="Fail")`` (each hook's ``reviews``).
 
-Resources (``resource`` names): "nodes", "pods", "events", "events.events.k8s.io", "leases".
+Resources (``resource`` names): "nodes", "pods", "events", "events.events.k8s.io", "leases", "namespaces", "configmaps",
+and kpe's own kinds "schedulingpolicies" and "reservations" (cluster-scoped, a status subresource, a generation
+that counts spec changes).
 """
 
 from .app import FakeApiApp

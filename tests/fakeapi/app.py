@@ -21,7 +21,7 @@ from .patch import PatchError, apply_json_patch, apply_merge_patch
 from .records import MutatingWebhook, Request, go_bool
 from .state import State
 from .wire import (
-    JSONPATCH_FAILED, NODES, PODS, ApiError, Obj, Resource, bad_request, by_path, canonical, dumps, generic, not_found,
+    CUSTOM, JSONPATCH_FAILED, NODES, PODS, ApiError, Obj, Resource, bad_request, by_path, canonical, dumps, generic, not_found,
     status,
 )
 
@@ -168,7 +168,7 @@ class FakeApiApp:
             if m != "POST":
                 raise ApiError(generic(405))
             return self._bind(ns, name, _decode(req))
-        if sub and not (sub == "status" and res in (PODS, NODES)):
+        if sub and not (sub == "status" and res in (PODS, NODES, *CUSTOM)):
             raise ApiError(generic(404))
         if m == "GET":
             obj = self.state.get(res, name, ns)

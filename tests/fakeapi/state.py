@@ -22,7 +22,7 @@ from .records import Change, Fault, Interlude, Key, MutatingWebhook, Request, go
 from .selectors import selector
 from .watch import Watcher, bookmark_line
 from .wire import (
-    NODE_STATUS_ZERO, NODES, OPTIMISTIC_LOCK, PODS, Obj, Resource, already_exists, bad_request, canonical, conflict,
+    CUSTOM, NODE_STATUS_ZERO, NODES, OPTIMISTIC_LOCK, PODS, Obj, Resource, already_exists, bad_request, canonical, conflict,
     dumps, expired, generic, invalid_object, not_found, precondition_error, resource,
 )
 
@@ -120,6 +120,8 @@ class State:
         meta["creationTimestamp"] = now_rfc3339(self.clock)
         for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(k, None)
+        if res in CUSTOM:
+            meta["generation"] = 1
         if res is NODES:
             obj.setdefault("spec", {})
             st = obj.setdefault("status", {})
@@ -192,6 +194,14 @@ class State:
                 if k in old["metadata"] and (k != "uid" or not nm.get("uid")):
                     nm[k] = old["metadata"][k]
             nm["resourceVersion"] = old["metadata"]["resourceVersion"]
+            if res in CUSTOM:
+                # The status subresource writes status only; the object writes the rest, and a
+                # spec change moves metadata.generation, as for any custom resource.
+                kept = "spec" if subresource == "status" else "status"
+                new.pop(kept, None)
+                if kept in old:
+                    new[kept] = copy.deepcopy(old[kept])
+                nm["generation"] = int(old["metadata"].get("generation") or 1) + (new.get("spec") != old.get("spec"))
             if res in (PODS, NODES) and validate:
                 if subresource == "status":
                     new["spec"] = copy.deepcopy(old.get("spec"))

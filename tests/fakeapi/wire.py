@@ -77,10 +77,17 @@ NAMESPACES = Resource("namespaces", "Namespace", "", "v1", False, "/registry/nam
                       ("metadata.name", "status.phase"), {"spec": {}, "status": {}})
 CONFIGMAPS = Resource("configmaps", "ConfigMap", "", "v1", True, "/registry/configmaps/",
                       ("metadata.name", "metadata.namespace"), {})
+# kpe's own kinds (deploy/crds/): cluster-scoped custom resources with a status subresource,
+# whose metadata.generation counts spec changes.
+SCHEDULINGPOLICIES = Resource("schedulingpolicies", "SchedulingPolicy", "kpe.dev", "v1alpha1", False,
+                              "/registry/kpe.dev/schedulingpolicies/", ("metadata.name",), {})
+RESERVATIONS = Resource("reservations", "Reservation", "kpe.dev", "v1alpha1", False, "/registry/kpe.dev/reservations/",
+                        ("metadata.name",), {})
+CUSTOM = (SCHEDULINGPOLICIES, RESERVATIONS)
 
-RESOURCES: dict[str, Resource] = {r.key: r for r in (NODES, PODS, EVENTS, EVENTS_V1, LEASES, NAMESPACES, CONFIGMAPS)}
+RESOURCES: dict[str, Resource] = {r.key: r for r in (NODES, PODS, EVENTS, EVENTS_V1, LEASES, NAMESPACES, CONFIGMAPS, *CUSTOM)}
 ALIASES = {"node": "nodes", "pod": "pods", "event": "events", "lease": "leases.coordination.k8s.io", "namespace": "namespaces",
-           "configmap": "configmaps",
+           "configmap": "configmaps", "schedulingpolicies": "schedulingpolicies.kpe.dev", "reservations": "reservations.kpe.dev",
            "leases": "leases.coordination.k8s.io", "events.k8s.io": "events.events.k8s.io"}
 
 
