@@ -31,7 +31,7 @@ from server.http.certificate import ServingCertificate
 from server.telemetry.decisionlog import DecisionLog
 from server.http.responses import json_response
 from server.verbs.endpoints import VERBS
-from server.http.listeners import WEBHOOK_PATH, SurfaceGuard
+from server.http.listeners import POLICY_WEBHOOK_PATH, WEBHOOK_PATH, SurfaceGuard
 from server.telemetry.logs import new_request_id, request_id
 from server.reload.store import NoConfigMaps, PolicyStore
 from server.reservations.endpoint import reservations_endpoint
@@ -40,6 +40,7 @@ from server.state import ServerState
 from server.verbs.endpoints import VerbDispatch, VerbEndpoint
 from server.verbs.wholenodes import WholeNodes
 from server.admission.webhook import handle_admission
+from server.admission.policies import handle_policy_admission
 
 
 log = logging.getLogger("kpe.server")
@@ -144,6 +145,12 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
     if "status" in settings.controller_set and state.policy_objects is not None:
         writer = StatusWriter(state.client, state.policy_objects, state.store)
         tasks.append(asyncio.create_task(writer.run(stop, elector.leading), name="policy-status"))
+    if settings.policy_reports:
+        from server.reports.controller import AuditReporter
+
+        reporter = AuditReporter(state, interval_s=settings.policy_report_interval_s)
+        state.audit_notes = reporter
+        tasks.append(asyncio.create_task(reporter.run(stop, elector.leading), name="policy-reports"))
     return tasks
 
 
@@ -236,7 +243,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
             if requeue is not None:
                 state.cache.namespaces.on_change = requeue.namespace_changed
                 tasks.append(asyncio.create_task(requeue.run(state, stop), name="requeue-after-reload"))
-            if controllers & {"gates", "reservations", "status"}:
+            if controllers & {"gates", "reservations", "status"} or settings.policy_reports:
                 tasks += start_gate_controller(state, stop)
             else:
                 # A kpe started by hand with someone's kubeconfig must not act on their cluster.
@@ -280,6 +287,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         Route("/apis/v1/gated", introspection.gated, methods=["GET"]),
         Route("/apis/v1/reservations", reservations_endpoint, methods=["GET"]),
         Route(WEBHOOK_PATH, handle_admission, methods=["POST"], name="admission"),
+        Route(POLICY_WEBHOOK_PATH, handle_policy_admission, methods=["POST"], name="policy-admission"),
     ]
     app = Starlette(
         routes=routes,

@@ -130,6 +130,19 @@ class Settings:
     identity: str = field(default="", metadata={"group": "admission and gates", "help": "this replica's identity in the Lease (default: hostname, pid and a random suffix)"})
     gate_resync_s: float = field(default=30.0, metadata={"group": "admission and gates", "help": "re-evaluate every gated pod at least this often"})
     gate_debounce_ms: int = field(default=200, metadata={"group": "admission and gates", "help": "after a pod, node or policy change, wait this long for more before re-evaluating"})
+    policy_reports: bool = field(
+        default=False,
+        metadata={
+            "group": "policy reports",
+            "help": "write what Audit-mode policies would have done to pods as PolicyReports (wgpolicyk8s.io/v1alpha2), one "
+            "named kpe-audit per namespace, from the replica holding the Lease (joins it); needs the PolicyReport CRD and the "
+            "deploy/policy-reports component's RBAC",
+        },
+    )
+    policy_report_interval_s: float = field(
+        default=5.0,
+        metadata={"group": "policy reports", "help": "at most one pass of the reports this often: a burst of pods is one pass and at most one write per namespace"},
+    )
     reservation_namespace: str = field(default="kpe-system", metadata={"group": "reservations", "help": "namespace of the reservations' placeholder pods (kpe creates and deletes pods there)"})
     placeholder_image: str = field(default="registry.k8s.io/pause:3.10", metadata={"group": "reservations", "help": "image of the reservations' placeholder pods (never does anything)"})
     placeholder_priority_class: str = field(
@@ -222,6 +235,10 @@ class Settings:
         for name in ("keep_alive_s", "header_timeout_s", "body_timeout_s", "request_deadline_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be positive")
+        if self.policy_reports and self.cluster == "off":
+            problems.append("--policy-reports writes to the cluster: it needs --cluster on or auto")
+        if self.policy_report_interval_s <= 0:
+            problems.append("--policy-report-interval-s must be positive")
         if self.in_flight_s < 0:
             problems.append("--in-flight-s must be 0 (off) or more")
         if not self.policies and self.policy_source != "cluster":

@@ -21,7 +21,7 @@ import yaml
 
 from engine.policy.model import SYSTEM_NAMESPACES
 
-from server.app import WEBHOOK_PATH
+from server.app import POLICY_WEBHOOK_PATH, WEBHOOK_PATH
 from server.cli.main import EXIT_OK, main
 from server.settings import Settings, env_name, load_settings
 
@@ -91,9 +91,9 @@ def selected(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def test_renders_the_expected_objects(objects: list[Obj]) -> None:
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
-        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "PriorityClass", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "MutatingWebhookConfiguration", "NetworkPolicy"]
+        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "PriorityClass", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "NetworkPolicy"]
     )
-    namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "PriorityClass")]
+    namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "PriorityClass")]
     assert {o["metadata"].get("namespace") for o in namespaced} == {"kpe-system"}
     assert exists(objects, "Namespace", "kpe-system")
 
@@ -191,6 +191,23 @@ def test_webhook_calls_the_service(objects: list[Obj]) -> None:
     assert webhook["timeoutSeconds"] == 5
     assert webhook["admissionReviewVersions"] == ["v1"]
     assert webhook["name"].count(".") >= 2, "webhook names must be fully qualified"
+
+
+def test_the_policy_webhook_checks_kpe_s_kinds_on_the_webhook_listener_and_lets_them_be_written_when_kpe_is_down(objects: list[Obj]) -> None:
+    pods = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["service"]
+    config = one(objects, "ValidatingWebhookConfiguration", "kpe")
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "kpe-system/kpe-tls"
+    (webhook,) = config["webhooks"]
+    ref = webhook["clientConfig"]["service"]
+    assert {**ref, "path": ""} == {**pods, "path": ""}, "the same Service and port as the pod webhook"
+    assert ref["path"] == POLICY_WEBHOOK_PATH == "/admission/policies"
+    assert "caBundle" in webhook["clientConfig"]
+    assert webhook["rules"] == [
+        {"apiGroups": ["kpe.dev"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"], "resources": ["schedulingpolicies", "reservations"], "scope": "*"}
+    ]
+    # kpe down must never keep the policy that repairs it from being written (docs/guides/audit-and-admission.md).
+    assert webhook["failurePolicy"] == "Ignore"
+    assert (webhook["sideEffects"], webhook["timeoutSeconds"], webhook["admissionReviewVersions"]) == ("None", 5, ["v1"])
 
 
 def test_webhook_skips_kpe_the_control_plane_and_opted_out_namespaces_but_no_pod_can_opt_itself_out(objects: list[Obj]) -> None:
@@ -307,6 +324,22 @@ def test_the_bind_component_adds_the_setting_and_exactly_its_rbac(tmp_path: Path
     assert literal_env(container(with_bind))["KPE_BIND"] == "true"
     assert rules(one(with_bind, "ClusterRole", "kpe-bind")) == {("", "pods/binding", "create")}
     binding = one(with_bind, "ClusterRoleBinding", "kpe-bind")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kpe", "namespace": "kpe-system"}]
+
+
+def test_the_policy_reports_component_adds_the_setting_and_exactly_the_writer_s_rbac(tmp_path: Path, objects: list[Obj]) -> None:
+    assert "KPE_POLICY_REPORTS" not in literal_env(container(objects)), "off unless the deployment asks for it"
+    shutil.copytree(DEPLOY, tmp_path / "deploy")
+    (tmp_path / "overlay").mkdir()
+    (tmp_path / "overlay" / "kustomization.yaml").write_text("resources: [../deploy]\ncomponents: [../deploy/policy-reports]\n")
+    with_reports = kustomize(tmp_path / "overlay")
+    assert literal_env(container(with_reports))["KPE_POLICY_REPORTS"] == "true"
+    # server/cluster/policyreports.py: list kpe's reports, create, replace (update) and delete them; nothing else.
+    assert rules(one(with_reports, "ClusterRole", "kpe-policy-reports")) == {
+        ("wgpolicyk8s.io", "policyreports", "list"), ("wgpolicyk8s.io", "policyreports", "create"),
+        ("wgpolicyk8s.io", "policyreports", "update"), ("wgpolicyk8s.io", "policyreports", "delete"),
+    }
+    binding = one(with_reports, "ClusterRoleBinding", "kpe-policy-reports")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kpe", "namespace": "kpe-system"}]
 
 

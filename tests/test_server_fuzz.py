@@ -101,6 +101,39 @@ def test_generated_admission_reviews_never_get_a_server_error(kpe: str, payload:
         assert "error" in answer
 
 
+# A SchedulingPolicy or Reservation whose every part may be any JSON value, as the policy
+# webhook may be sent one (the CRDs' schemas refuse most of these before the webhook is
+# called, but kpe must not rely on it): refused or admitted, never a 5xx.
+rule = st.fixed_dictionaries({}, optional={"name": st.one_of(names, json_values), "expression": st.one_of(st.sampled_from(["true", "node.metadata.name", "1 +", "pod.spec.x.y"]), json_values),
+                                          "message": json_values, "messageExpression": json_values, "unresolvable": json_values})
+policy_spec = st.fixed_dictionaries({}, optional={"mode": st.one_of(st.sampled_from(["Audit", "Enforce"]), json_values), "filters": st.one_of(st.lists(rule, max_size=2), json_values),
+                                                  "scores": json_values, "admission": st.one_of(rule, json_values), "match": json_values, "params": json_values,
+                                                  "variables": st.one_of(st.lists(rule, max_size=2), json_values), "slots": json_values, "template": json_values})
+kpe_object = st.fixed_dictionaries(
+    {"apiVersion": st.one_of(st.just("kpe.dev/v1alpha1"), json_values), "kind": st.sampled_from(["SchedulingPolicy", "Reservation"])},
+    optional={"metadata": st.one_of(meta, json_values), "spec": st.one_of(policy_spec, json_values), "status": json_values},
+)
+policy_review = st.fixed_dictionaries({
+    "apiVersion": st.just("admission.k8s.io/v1"), "kind": st.just("AdmissionReview"),
+    "request": st.fixed_dictionaries(
+        {"uid": st.just("u-1"), "kind": st.fixed_dictionaries({"group": st.just("kpe.dev"), "kind": st.sampled_from(["SchedulingPolicy", "Reservation"])})},
+        optional={"operation": st.sampled_from(["CREATE", "UPDATE"]), "object": st.one_of(kpe_object, json_values), "oldObject": st.one_of(kpe_object, json_values)},
+    ),
+})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(payload=st.one_of(policy_review, review))
+def test_generated_policy_reviews_never_get_a_server_error(kpe: str, payload: Any) -> None:
+    response = httpx.post(f"{kpe}/admission/policies", content=json.dumps(payload))
+    assert response.status_code < 500, response.text
+    answer = response.json()
+    if response.status_code == 200:
+        assert answer["kind"] == "AdmissionReview" and answer["response"]["uid"] == payload["request"]["uid"]
+    else:
+        assert "error" in answer
+
+
 # -- wrong types where the engine reads ----------------------------------------------
 # A well-formed pod, node and victim, with one value anywhere the engine or a policy
 # reads replaced by any JSON value, sent to every route that takes it: never a 5xx,

@@ -96,7 +96,7 @@ def review_response(uid: str, *, allowed: bool = True, patch: list[dict[str, Any
     return {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
 
 
-def _decode(body: Any) -> dict[str, Any]:
+def decode_review(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise HTTPProblem(400, "expected an AdmissionReview object")
     if body.get("apiVersion") != REVIEW_VERSION or body.get("kind") != "AdmissionReview":
@@ -123,7 +123,7 @@ async def handle_admission(request: Request) -> Response:
 
 async def _review(request: Request, state: ServerState) -> Response:
     try:
-        review = _decode(await read_json(request, state.settings.max_body_bytes))
+        review = decode_review(await read_json(request, state.settings.max_body_bytes))
     except HTTPProblem as exc:
         state.metrics.admission_reviews.labels("invalid").inc()
         return json_response({"error": exc.message}, exc.status)

@@ -65,6 +65,7 @@ Obj = dict[str, Any]
 Objs = list[Obj]
 Patch = list[dict[str, Any]]
 
+POLICY_REPORTS = "/apis/wgpolicyk8s.io/v1alpha2"  # the Audit findings' PolicyReports (server.cluster.policyreports)
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 REQUEST_TIMEOUT_S = 10.0
 USER_AGENT = "kpe (kube-policy-extender)"
@@ -829,6 +830,19 @@ class KubeClient:
     async def replace_lease(self, namespace: str, name: str, lease: Obj) -> Obj:
         """PUT: carries metadata.resourceVersion, so a concurrent writer gets 409."""
         return await self._call("PUT", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}", body=lease)
+
+    async def create_policy_report(self, namespace: str, report: Obj) -> Obj:
+        return await self._call("POST", f"{POLICY_REPORTS}/namespaces/{namespace}/policyreports", body=report)
+
+    async def replace_policy_report(self, namespace: str, name: str, report: Obj) -> Obj:
+        """PUT: carries metadata.resourceVersion, so a report changed since it was read gets 409."""
+        return await self._call("PUT", f"{POLICY_REPORTS}/namespaces/{namespace}/policyreports/{name}", body=report)
+
+    async def delete_policy_report(self, namespace: str, name: str, *, uid: str = "") -> Obj:
+        options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        return await self._call("DELETE", f"{POLICY_REPORTS}/namespaces/{namespace}/policyreports/{name}", body=options)
 
     async def close(self) -> None:
         """Close the connections; a call made afterwards opens new ones."""

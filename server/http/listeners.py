@@ -4,7 +4,7 @@ kpe has four surfaces, and they are not called by the same clients:
 
 - ``scheduler``: the extender verbs under ``--prefix``, called by kube-scheduler
   (``--port``; ``--tls-client-ca`` requires its client certificate);
-- ``webhook``: ``/admission/pods``, called by kube-apiserver (``--webhook-port``;
+- ``webhook``: ``/admission/pods`` and ``/admission/policies``, called by kube-apiserver (``--webhook-port``;
   ``--webhook-client-ca``);
 - ``introspection``: ``/apis/v1/...``, which lists pods and decisions, for people
   (``--introspection-port``, on ``--introspection-host``, loopback by default:
@@ -46,6 +46,7 @@ from server.settings import Settings
 SCHEDULER, WEBHOOK, INTROSPECTION, HEALTH = "scheduler", "webhook", "introspection", "health"
 SURFACES = (SCHEDULER, WEBHOOK, INTROSPECTION, HEALTH)
 WEBHOOK_PATH = "/admission/pods"
+POLICY_WEBHOOK_PATH = "/admission/policies"  # SchedulingPolicy and Reservation writes (server.admission.policies)
 HEALTH_PATHS = frozenset(("/healthz", "/readyz", "/metrics"))
 SHUTDOWN_TIMEOUT_S = 5
 # A request's line and headers, at most: kube-scheduler's and the API server's are a few hundred
@@ -57,7 +58,7 @@ LINGER_S = 2.0
 
 def surface_of(path: str, prefix: str) -> str:
     """Which surface a request path belongs to."""
-    if path == WEBHOOK_PATH:
+    if path in (WEBHOOK_PATH, POLICY_WEBHOOK_PATH):
         return WEBHOOK
     if path in HEALTH_PATHS:
         return HEALTH

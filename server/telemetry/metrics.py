@@ -67,6 +67,12 @@ class Metrics:
         self.admission_reviews = Counter(
             "kpe_admission_reviews_total", "AdmissionReviews by result (gated, allowed, skipped, invalid, failed)", ["result"], registry=r
         )
+        self.policy_reviews = Counter(
+            "kpe_policy_reviews_total", "AdmissionReviews of SchedulingPolicy and Reservation writes by result (allowed, refused, skipped, invalid)", ["result"], registry=r
+        )
+        self.policy_report_writes = Counter(
+            "kpe_policy_report_writes_total", "PolicyReport writes of the leader's reporter (created, updated, deleted, failed)", ["action"], registry=r
+        )
         self.gates_added = Counter("kpe_gates_added_total", "Scheduling gates added at pod creation, per policy", ["policy"], registry=r)
         self.gate_wait = Histogram(
             "kpe_gate_wait_seconds", "Time from pod creation to kpe lifting a gate, per policy", ["policy"],

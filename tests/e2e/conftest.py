@@ -75,6 +75,12 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return trustme.CA()
 
 
+def shipped_webhook(kind: str) -> dict[str, Any]:
+    """deploy/webhook.yaml's configuration of ``kind`` (the pod webhook's or the policy webhook's)."""
+    [doc] = [d for d in yaml.safe_load_all((REPO / "deploy" / "webhook.yaml").read_text()) if d and d["kind"] == kind]
+    return dict(doc)
+
+
 class Kpe:
     """One ``kpe serve`` process, with a listener per surface as deploy/ runs it: ``url`` is
     the extender verbs' (``scheduler`` is a client with kube-scheduler's certificate),
@@ -240,7 +246,7 @@ class Cluster:
 
     def register_webhook(self, kpe: Kpe) -> None:
         """deploy/webhook.yaml as shipped, pointed at this kpe with this CA and limited to this namespace."""
-        doc = yaml.safe_load((REPO / "deploy" / "webhook.yaml").read_text())
+        doc = shipped_webhook("MutatingWebhookConfiguration")
         hook = doc["webhooks"][0]
         hook["clientConfig"] = {"url": kpe.webhook_url + "/admission/pods", "caBundle": base64.b64encode(self.ca.cert_pem.bytes()).decode()}
         hook["namespaceSelector"]["matchExpressions"].append({"key": "kubernetes.io/metadata.name", "operator": "In", "values": [self.namespace]})

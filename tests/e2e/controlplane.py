@@ -382,9 +382,10 @@ class ControlPlane:
         }))
         (w / "admission.yaml").write_text(yaml.safe_dump({
             "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
-            "plugins": [{"name": "MutatingAdmissionWebhook", "configuration": {
+            # Both plugins: kpe's pod webhook is mutating, its policy webhook validating, one listener.
+            "plugins": [{"name": plugin, "configuration": {
                 "apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
-                "kubeConfigFile": str(w / "webhook-kubeconfig.yaml")}}],
+                "kubeConfigFile": str(w / "webhook-kubeconfig.yaml")}} for plugin in ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")],
         }))
 
     def _write_kubeconfig(self, user: str, token: str) -> Path:

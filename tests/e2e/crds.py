@@ -21,7 +21,7 @@ def crd_documents() -> list[dict[str, Any]]:
 
 def established(plane: ControlPlane, name: str) -> bool:
     conditions = plane.api.get(f"{CRDS}/{name}").get("status", {}).get("conditions", [])
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions or [])
 
 
 def install_crds(plane: ControlPlane) -> None:

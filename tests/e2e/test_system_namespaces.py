@@ -9,10 +9,8 @@ from __future__ import annotations
 import base64
 import uuid
 
-import yaml
-
-from .conftest import Cluster
-from .controlplane import REPO, wait_until
+from .conftest import Cluster, shipped_webhook
+from .controlplane import wait_until
 
 EVERYTHING = """apiVersion: kpe.dev/v1alpha1
 kind: SchedulingPolicy
@@ -34,7 +32,7 @@ def test_a_policy_without_match_never_gates_filters_or_scores_a_kube_system_pod(
     cluster.write_policy("everything.yaml", EVERYTHING)
     cluster.node(f"{ns}-n1")
     kpe = cluster.start_kpe()
-    doc = yaml.safe_load((REPO / "deploy" / "webhook.yaml").read_text())
+    doc = shipped_webhook("MutatingWebhookConfiguration")
     hook = doc["webhooks"][0]
     hook["clientConfig"] = {"url": kpe.webhook_url + "/admission/pods", "caBundle": base64.b64encode(cluster.ca.cert_pem.bytes()).decode()}
     hook["namespaceSelector"] = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [ns, "kube-system"]}]}

@@ -1,0 +1,114 @@
+"""The validating admission webhook for kpe's own kinds: a SchedulingPolicy or Reservation
+that ``kpe check`` would refuse is refused at ``kubectl apply``, with kpe's coded message
+naming the field (``spec.filters[0].expression: KPE302 ...``).
+
+The check is the engine's, on that one object (``engine.policy.objects.check_object``:
+schema, CEL compile and types, cost, under the limits kpe serves with). What only a whole
+set can break (two policies of one name or one gate) is not judged here: the object is
+admitted, and the set that would hold it is refused as a whole while the last good set
+keeps serving.
+
+An UPDATE that leaves ``spec`` as it was (labels, annotations, finalizers, an object being
+deleted) is admitted even when the object is broken: refusing it would not mend the object,
+and would keep a broken object, written while kpe was down, from being relabelled or
+having its finalizers removed. Its problems come back as warnings.
+
+When kpe does not answer, deploy/webhook.yaml's ``failurePolicy: Ignore`` lets the write
+through: kpe down must never keep the objects that repair it from being written or deleted
+(docs/guides/policies-in-the-cluster.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from engine.errors import PolicyError
+from engine.policy.compiler import CostLimits
+from engine.policy.objects import KINDS, admission_text, check_object, object_name
+
+from server.admission.webhook import decode_review, review_response
+from server.http.responses import HTTPProblem, json_response, read_json
+from server.state import ServerState
+
+log = logging.getLogger("kpe.webhook")
+CHECKED = ("CREATE", "UPDATE")
+# What the API server reports for a refused write: kubectl shows "Error from server (Invalid)".
+REFUSED_CODE, REFUSED_REASON = 422, "Invalid"
+
+
+def refusal(uid: str, obj: dict[str, Any], errors: list[PolicyError]) -> dict[str, Any]:
+    """``allowed: false`` with every error, one a line, in ``status.message`` and each in
+    ``status.details.causes`` with its field path, as the API server's own validation answers."""
+    answer = review_response(uid, allowed=False)
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    answer["response"]["status"] = {
+        "code": REFUSED_CODE,
+        "reason": REFUSED_REASON,
+        "message": "\n".join(admission_text(e) for e in errors),
+        "details": {
+            "group": "kpe.dev",
+            "kind": str(obj.get("kind") or ""),
+            "name": str((meta or {}).get("name") or ""),
+            "causes": [{"reason": "FieldValueInvalid", "field": e.path, "message": f"{e.code} {e.message}"} for e in errors],
+        },
+    }
+    return answer
+
+
+def unchanged_spec(review: dict[str, Any], obj: dict[str, Any]) -> bool:
+    """An UPDATE that keeps the spec (and one of an object being deleted)."""
+    if review.get("operation") != "UPDATE":
+        return False
+    old = review.get("oldObject")
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    return isinstance(old, dict) and old.get("spec") == obj.get("spec")
+
+
+async def handle_policy_admission(request: Request) -> Response:
+    """The endpoint, counted and timed like the pod webhook (verb ``policy-admission``)."""
+    state: ServerState = request.app.state.kpe
+    start = time.perf_counter()
+    try:
+        response = await _review(request, state)
+    except Exception as exc:  # noqa: BLE001 - a bug must answer in JSON, not reset the API server's connection
+        log.exception("internal error in the policy webhook")
+        response = json_response({"error": f"kpe internal error in the policy webhook: {type(exc).__name__}: {exc}"}, 500)
+    state.metrics.requests.labels("policy-admission", str(response.status_code)).inc()
+    state.metrics.latency.labels("policy-admission").observe(time.perf_counter() - start)
+    return response
+
+
+async def _review(request: Request, state: ServerState) -> Response:
+    try:
+        review = decode_review(await read_json(request, state.settings.max_body_bytes))
+    except HTTPProblem as exc:
+        state.metrics.policy_reviews.labels("invalid").inc()
+        return json_response({"error": exc.message}, exc.status)
+    uid = review["uid"]
+    kind = review.get("kind")
+    obj = review.get("object")
+    if review.get("operation") not in CHECKED or not isinstance(kind, dict) or kind.get("group") != "kpe.dev" or kind.get("kind") not in KINDS:
+        state.metrics.policy_reviews.labels("skipped").inc()
+        return json_response(review_response(uid))
+    if not isinstance(obj, dict):
+        state.metrics.policy_reviews.labels("invalid").inc()
+        return json_response({"error": f"AdmissionReview.request.object: expected the {kind.get('kind')} object, got {type(obj).__name__}"}, 400)
+    settings = state.settings
+    limits = CostLimits(settings.cel_cost_limit, settings.cel_admission_cost_limit)
+    checked = await state.admission_worker.run(check_object, obj, cost_limits=limits)
+    if checked.ok:
+        state.metrics.policy_reviews.labels("allowed").inc()
+        return json_response(review_response(uid, warnings=checked.warnings))
+    if unchanged_spec(review, obj):
+        state.metrics.policy_reviews.labels("allowed").inc()
+        kept = [f"{object_name(obj)} is admitted with its spec unchanged, which kpe refuses: {admission_text(e)}" for e in checked.errors]
+        return json_response(review_response(uid, warnings=checked.warnings + kept))
+    state.metrics.policy_reviews.labels("refused").inc()
+    log.info("refused %s: %s", object_name(obj), checked.message(), extra={"operation": review.get("operation"), "user": (review.get("userInfo") or {}).get("username")})
+    return json_response(refusal(uid, obj, checked.errors))
