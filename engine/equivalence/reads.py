@@ -16,9 +16,11 @@ from engine.policy.model import Expression, Policy
 
 Path = tuple[str, ...]
 # What changes between two requests without any node or nodeInfo being replaced: the clock,
-# and pods counted across nodes (a pod bound on one node changes the count of every other
-# node in its zone), so rules reading them are evaluated anew, never remembered.
-PER_REQUEST = frozenset(("now", "counts"))
+# pods counted across nodes (a pod bound on one node changes the count of every other
+# node in its zone), and the cluster's DRA objects (``dra``: a claim allocated anywhere changes
+# what is free on its node, and no nodeInfo is replaced for it), so rules reading them are
+# evaluated anew, never remembered.
+PER_REQUEST = frozenset(("now", "counts", "dra"))
 
 
 class PolicyReads:

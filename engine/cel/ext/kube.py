@@ -9,6 +9,9 @@ engine/cel/ext/kuberesources.py
     ``kube.podRequests(pod)``, ``kube.podRequests(pod, name)`` and
     ``kube.nodeFree(node, nodeInfo, name)``: a pod's requests and a node's
     free capacity.
+engine/cel/ext/kubedevices.py
+    ``kube.podDevices(pod, dra, class)`` and ``kube.nodeDevices(node, nodeInfo, dra, class)``:
+    devices under Dynamic Resource Allocation, a pod's and a node's, per DeviceClass.
 engine/cel/ext/kubescheduling.py
     ``kube.toleratesTaint(toleration, taint)``, ``kube.podToleratesTaint(pod, taint)``,
     ``kube.untoleratedTaints(pod, node)``, ``kube.podToleratesNodeTaints(pod, node)``,
@@ -35,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from engine.cel.ext.kubedevices import node_devices_fn, pod_devices_fn
 from engine.cel.ext.kuberesources import node_free_fn, pod_requests_fn
 from engine.cel.ext.kubescheduling import (
     node_selector_matches_fn,
@@ -66,6 +70,17 @@ def _size_at(obj: Any, first: str, second: str = "") -> int:
 def _requests_cost(pod: Any = None, *_: Any) -> int:
     containers = _size_at(pod, "spec", "containers") + _size_at(pod, "spec", "initContainers")
     return containers + _size_at(pod, "status", "containerStatuses") + _size_at(pod, "status", "initContainerStatuses")
+
+
+def _claims_cost(pod: Any = None, *_: Any) -> int:
+    return _size_at(pod, "spec", "resourceClaims")
+
+
+def _node_claims_cost(node: Any = None, node_info: Any = None, *_: Any) -> int:
+    pods = node_info.get("pods") if isinstance(node_info, dict) else None
+    if not isinstance(pods, (list, tuple)):
+        return 0
+    return sum(1 + _claims_cost(p) + _requests_cost(p) for p in pods)
 
 
 def _pair_cost(pod: Any = None, node: Any = None, *_: Any) -> int:
@@ -122,6 +137,19 @@ POD_REQUEST_READS: Final = (
     "status.allocatedResources",
     "status.resources.requests",
 )
+# What kube.podDevices and kube.nodeDevices read of a pod: its claims, the claims the
+# resourceclaim controller made for it, and (KEP-5004) the claim the scheduler made for its
+# extended resources along with the requests themselves.
+POD_CLAIM_READS: Final = (
+    "metadata.namespace",
+    "spec.resourceClaims",
+    "status.resourceClaimStatuses",
+)
+NODE_CLAIM_READS: Final = (
+    *(f"pods.{p}" for p in POD_CLAIM_READS),
+    "pods.status.extendedResourceClaimStatus.resourceClaimName",
+    *(f"pods.{p}" for p in POD_REQUEST_READS),
+)
 _TOLERATION: Final = ("key", "operator", "value", "effect")
 _POD_TOLERATIONS: Final = tuple(f"spec.tolerations.{f}" for f in _TOLERATION)
 _TAINT: Final = ("key", "value", "effect")
@@ -140,6 +168,8 @@ READS: dict[str, tuple[tuple[str, ...] | None, ...]] = {
         _NODE_LABELS,
     ),
     "kube.nodeFree": (("status.allocatable",), ("requested", "podCount"), None),
+    "kube.podDevices": (POD_CLAIM_READS, None, None),
+    "kube.nodeDevices": (("metadata.name", "status.allocatable"), NODE_CLAIM_READS, None, None),
 }
 
 COSTS: dict[str, Callable[..., int]] = {
@@ -149,6 +179,8 @@ COSTS: dict[str, Callable[..., int]] = {
     "kube.podToleratesNodeTaints": _pair_cost,
     "kube.nodeSelectorMatches": _selector_cost,
     "kube.podNodeAffinityMatches": _affinity_cost,
+    "kube.podDevices": _claims_cost,
+    "kube.nodeDevices": _node_claims_cost,
 }
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
@@ -160,6 +192,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "kube.nodeSelectorMatches": node_selector_matches_fn,
     "kube.podNodeAffinityMatches": pod_node_affinity_matches_fn,
     "kube.nodeFree": node_free_fn,
+    "kube.podDevices": pod_devices_fn,
+    "kube.nodeDevices": node_devices_fn,
 }
 
 # kube.podRequests is left out: a map with one argument, a Quantity with two.
@@ -171,4 +205,6 @@ RESULT_TYPES: dict[str, str] = {
     "kube.nodeSelectorMatches": "bool",
     "kube.podNodeAffinityMatches": "bool",
     "kube.nodeFree": "kubernetes.Quantity",
+    "kube.podDevices": "int",
+    "kube.nodeDevices": "map",
 }

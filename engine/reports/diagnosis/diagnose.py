@@ -178,7 +178,7 @@ def preemption_verdicts(
     dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]] | None = None,
     homes: Homes | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> dict[str, EvictionVerdict]:
     """For each node that cannot take the pod (``rejected``: kpe's verdict and reason by node,
     "pass" for nodes only kube-scheduler rejects), whether preemption could place it there:
@@ -213,7 +213,7 @@ def preemption_verdicts(
             continue
         candidates[name] = victims
     if candidates:
-        result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now, counts=counts, namespaces=namespaces)
+        result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now, counts=counts, namespaces=namespaces, dra=dra)
         result = keep_evictions_off(result, policy_set, pod, by_name, node_info, homes, namespaces=namespaces)
         for name, victims in candidates.items():
             names = [victim_name(v) for v in victims]
@@ -249,7 +249,7 @@ def diagnose(
     slots: Mapping[str, Sequence[Slot]] | None = None,
     homes: Homes | None = None,
     placeholder_namespace: str = "kpe-system",
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> Diagnosis:
     """Everything kpe can say about ``pod`` on ``nodes``. ``node_info`` defaults to the one
     ``cluster_pods`` make (kpe's cache passes its own, as the extender verbs use it).
@@ -266,14 +266,14 @@ def diagnose(
         seen = fresh_plan(policy_set, cluster_pods, namespace=placeholder_namespace, namespaces=namespaces)
         slots, homes = seen.slots, seen.homes
     counts = counts_of(policy_set.counts, nodes, cluster_pods)
-    report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now, homes=homes, counts=counts, namespaces=namespaces)
+    report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now, homes=homes, counts=counts, namespaces=namespaces, dra=dra)
     kube = kubefilters.check_all(pod, nodes, info)
     rejected: dict[str, tuple[str, str]] = {}
     for verdict in report.filter.explanation or []:
         kv = kube.get(verdict.node)
         if verdict.verdict != "pass" or (kv is not None and not kv.passed):
             rejected[verdict.node] = (verdict.verdict, verdict.reason)
-    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes, counts=counts, namespaces=namespaces)
+    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes, counts=counts, namespaces=namespaces, dra=dra)
     return Diagnosis(
         report=report,
         state=pod_state(pod, report.matched, policy_set.generation, reserved=bool(policy_set.reservations), excluded=policy_set.excluded_namespaces),
