@@ -54,7 +54,7 @@ async def handle_preempt(raw: bytes, deadline: Deadline, state: ServerState) -> 
         # Whole-node mode without a cache: the nodes the filter and prioritize requests carried.
         known = state.whole_nodes.nodes(candidates) if state.whole_nodes is not None else {}
     result = await state.worker.run(
-        lambda: keep_evictions_off_reserved(state, policy_set, args.pod, known, preempt(policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline, counts=state.counts(), namespaces=state.namespaces()))
+        lambda: keep_evictions_off_reserved(state, policy_set, args.pod, known, preempt(policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline, counts=state.counts(), namespaces=state.namespaces(), dra=state.dra()))
     )
     state.count_overdue("preempt", result.overdue)
     rejected.update(result.rejected)
@@ -132,7 +132,7 @@ async def handle_admit(raw: bytes, deadline: Deadline, state: ServerState) -> An
     pod = decode_pod(body)
     nodes = state.cache.nodes() if state.cache is not None else []
     pods = state.cache.pods() if state.cache is not None else []
-    result = await state.worker.run(lambda: admit(policy_set, pod, nodes=nodes, pods=pods, namespaces=state.namespaces()))
+    result = await state.worker.run(lambda: admit(policy_set, pod, nodes=nodes, pods=pods, namespaces=state.namespaces(), dra=state.dra()))
     answer = {
         "Gates": result.gates,
         "Admitted": result.admitted,

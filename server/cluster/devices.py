@@ -1,0 +1,159 @@
+"""The cluster's Dynamic Resource Allocation objects, for ``dra`` (``kube.podDevices``,
+``kube.nodeDevices``): ResourceSlices, ResourceClaims, ResourceClaimTemplates and
+DeviceClasses of resource.k8s.io/v1, one list+watch each, kept beside the node and pod
+cache (``server.cluster.cache``).
+
+Started only once a served policy set reads ``dra``, as namespaces are: claims grow with
+the GPU pods and slices with the nodes, and a deployment whose policies never read them
+needs neither the memory nor RBAC for resource.k8s.io. Before watching, kpe asks the API
+server whether it serves resource.k8s.io/v1 (Kubernetes 1.34 and later, where DRA is GA;
+1.32 serves v1beta1 only, and only with DRA enabled). Where it does not, kpe logs so once
+and ``dra`` stays empty: the helpers see no devices, and the cache stays connected.
+
+Each object is cut as it enters (``engine.cluster.devices.view``); ``dra`` is rebuilt from
+the views on the first read after any change (class selectors evaluated per device), and
+the same object is handed out until the next change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from engine.cluster.devices import EMPTY_DRA, GROUP, KINDS, VERSION, DeviceIndex, key, view
+from engine.policy.model import PolicySet
+
+from server.cluster.informer import Informer
+from server.cluster.kube import ApiError, KubeClient
+
+log = logging.getLogger("kpe.cache")
+
+Obj = dict[str, Any]
+PREFIX = f"/apis/{GROUP}/{VERSION}"
+
+
+def reads_dra(policy_set: PolicySet) -> bool:
+    """Whether any expression of the set reads ``dra``."""
+    for policy in policy_set.policies:
+        expressions = [v.expression for v in policy.variables]
+        expressions += [r.expression for r in policy.filters] + [r.message_expression for r in policy.filters if r.message_expression]
+        expressions += [r.expression for r in policy.scores]
+        if policy.match.expression is not None:
+            expressions.append(policy.match.expression)
+        if policy.admission is not None:
+            expressions += [e for e in (policy.admission.expression, policy.admission.message_expression) if e is not None]
+        if policy.preemption is not None:
+            expressions += [e for e in (policy.preemption.victim, policy.preemption.node) if e is not None]
+        if any("dra" in e.program.free_variables for e in expressions):
+            return True
+    return False
+
+
+class Devices:
+    """The four kinds by key, fed by their informers (each informer's sink)."""
+
+    def __init__(self, client: KubeClient, informer: Callable[[str, str, Devices], Informer]) -> None:
+        self._client = client
+        self.informers = {kind: informer(kind, f"{PREFIX}/{kind}", self) for kind in KINDS}
+        self.objects: dict[str, dict[str, Obj]] = {kind: {} for kind in KINDS}
+        self.task: asyncio.Task[None] | None = None
+        self.served: bool | None = None  # None until asked; False: the API server does not serve resource.k8s.io/v1
+        self._built: Mapping[str, Any] | None = None
+        self.ready = asyncio.Event()  # set once listed, or once known not to be served
+
+    @property
+    def started(self) -> bool:
+        return self.task is not None
+
+    @property
+    def watching(self) -> list[Informer]:
+        """The informers that count for the cache's connection: none unless the API is served."""
+        return list(self.informers.values()) if self.served else []
+
+    def start(self, stop: asyncio.Event) -> None:
+        """Start watching (once; on the event loop)."""
+        if self.task is None:
+            self.task = asyncio.create_task(self._run(stop), name="informer-dra")
+
+    async def _run(self, stop: asyncio.Event) -> None:
+        try:
+            await self._client.list(PREFIX + "/deviceclasses", params={"limit": 1})
+        except ApiError as exc:
+            if exc.status not in (404, 403):
+                raise
+            self.served = False
+            why = "it does not serve resource.k8s.io/v1 (Kubernetes before 1.34, or DRA disabled)" if exc.status == 404 \
+                else "kpe may not list resource.k8s.io/v1 deviceclasses (RBAC: deploy/rbac.yaml)"
+            log.warning("a served policy reads dra, but %s: kube.podDevices and kube.nodeDevices see no devices", why)
+            self.ready.set()
+            return
+        self.served = True
+        log.info("a served policy reads dra: watching resourceslices, resourceclaims, resourceclaimtemplates and deviceclasses")
+        await asyncio.gather(*(inf.run(stop) for inf in self.informers.values()))
+
+    def start_before_swap(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        """Start watching for a set that reads ``dra``, in the reload thread, and return once
+        listed (or known not served): the set is held back until then, as for namespaces."""
+        async def started() -> None:
+            self.start(stop)
+            await self.ready.wait()
+
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            loop.create_task(started())
+            return
+        with contextlib.suppress(concurrent.futures.CancelledError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(started(), loop).result()
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+    def view(self) -> Mapping[str, Any]:
+        """``dra`` now: built on the first read after a change, empty until listed."""
+        built = self._built
+        if built is None:
+            if not self.served or not all(inf.listed for inf in self.informers.values()):
+                return EMPTY_DRA
+            objects = {kind: list(found.values()) for kind, found in self.objects.items()}
+            built = self._built = DeviceIndex.build(objects["resourceslices"], objects["resourceclaims"],
+                                                    objects["resourceclaimtemplates"], objects["deviceclasses"])
+        return built
+
+    # --- the informers' sink -------------------------------------------------------------
+
+    def enter(self, kind: str, obj: Obj) -> Obj:
+        return view(kind, obj) if isinstance(obj, dict) else obj
+
+    def apply(self, informer: Informer, event: Obj) -> None:
+        kind = event.get("type")
+        raw = event.get("object")
+        if not isinstance(raw, dict):
+            return
+        rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            obj = view(informer.kind, raw)
+            found = self.objects[informer.kind]
+            if kind == "DELETED":
+                found.pop(key(informer.kind, obj), None)
+            else:
+                found[key(informer.kind, obj)] = obj
+            self._built = None
+        informer.heard(rv)
+
+    def replace(self, informer: Informer, items: list[Obj], resource_version: str, *, refresh: bool) -> None:
+        self.objects[informer.kind] = {key(informer.kind, obj): obj for obj in items}
+        self._built = None
+        informer.listed = True
+        informer.lists += 1
+        informer.heard(resource_version)
+        if all(inf.listed for inf in self.informers.values()):
+            self.ready.set()
