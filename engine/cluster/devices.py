@@ -1,5 +1,5 @@
 """The cluster's Dynamic Resource Allocation objects as policies see them: ``dra``, the
-value ``kube.podDevices`` and ``kube.nodeDevices`` read (engine/cel/ext/kubedevices.py
+value ``kube.podDevices`` and ``kube.nodeDevices`` read (engine/cel/ext/kube.py
 says its layout and what each helper counts).
 
 kpe keeps four kinds (resource.k8s.io/v1): ResourceSlices (a node's devices, published
@@ -66,7 +66,7 @@ def key(kind: str, obj: Obj) -> str:
 
 
 def _requests(spec: Obj) -> dict[str, dict[str, int]]:
-    """Per request name, the devices it asks of each class (kubedevices' rules)."""
+    """Per request name, the devices it asks of each class (the rules in engine/cel/ext/kube.py)."""
     out: dict[str, dict[str, int]] = {}
     for request in ((spec.get("devices") or {}).get("requests") or ()):
         if not isinstance(request, Mapping):
