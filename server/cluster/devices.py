@@ -34,6 +34,9 @@ log = logging.getLogger("kpe.cache")
 
 Obj = dict[str, Any]
 PREFIX = f"/apis/{GROUP}/{VERSION}"
+# Asking whether the API is served, again after a failure other than "not found" or "forbidden".
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 30.0
 
 
 def reads_dra(policy_set: PolicySet) -> bool:
@@ -71,8 +74,10 @@ class Devices:
 
     @property
     def watching(self) -> list[Informer]:
-        """The informers that count for the cache's connection: none unless the API is served."""
-        return list(self.informers.values()) if self.served else []
+        """The informers that count for the cache's connection once started: until they have
+        listed, the cache is not connected (a GPU node must not look empty); none where the
+        API server does not serve resource.k8s.io/v1."""
+        return [] if self.task is None or self.served is False else list(self.informers.values())
 
     def start(self, stop: asyncio.Event) -> None:
         """Start watching (once; on the event loop)."""
@@ -80,20 +85,27 @@ class Devices:
             self.task = asyncio.create_task(self._run(stop), name="informer-dra")
 
     async def _run(self, stop: asyncio.Event) -> None:
-        try:
-            await self._client.list(PREFIX + "/deviceclasses", params={"limit": 1})
-        except ApiError as exc:
-            if exc.status not in (404, 403):
-                raise
-            self.served = False
-            why = "it does not serve resource.k8s.io/v1 (Kubernetes before 1.34, or DRA disabled)" if exc.status == 404 \
-                else "kpe may not list resource.k8s.io/v1 deviceclasses (RBAC: deploy/rbac.yaml)"
-            log.warning("a served policy reads dra, but %s: kube.podDevices and kube.nodeDevices see no devices", why)
-            self.ready.set()
-            return
+        wait = BACKOFF_INITIAL_S
+        while True:
+            try:
+                await self._client.list(PREFIX + "/deviceclasses", params={"limit": 1})
+                break
+            except ApiError as exc:
+                if exc.status in (404, 403):
+                    return self._not_served(exc.status)
+                log.warning("asking the API server whether it serves resource.k8s.io/v1 failed, retrying in %.1f s: %s", wait, exc)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, BACKOFF_MAX_S)
         self.served = True
         log.info("a served policy reads dra: watching resourceslices, resourceclaims, resourceclaimtemplates and deviceclasses")
         await asyncio.gather(*(inf.run(stop) for inf in self.informers.values()))
+
+    def _not_served(self, status: int) -> None:
+        self.served = False
+        why = "the API server does not serve resource.k8s.io/v1 (Kubernetes before 1.34, or DRA disabled)" if status == 404 \
+            else "kpe may not list resource.k8s.io/v1 deviceclasses (RBAC: deploy/rbac.yaml)"
+        log.warning("a served policy reads dra, but %s: kube.podDevices and kube.nodeDevices see no devices", why)
+        self.ready.set()
 
     def start_before_swap(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
         """Start watching for a set that reads ``dra``, in the reload thread, and return once

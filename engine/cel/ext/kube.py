@@ -50,7 +50,7 @@ from engine.cel.ext.kubescheduling import (
 
 
 # -- Dynamic Resource Allocation ------------------------------------------------------------
-# ``kube.podDevices`` and ``kube.nodeDevices``: devices under Dynamic Resource Allocation
+# ``kube.podDevices``, ``kube.nodeDevices`` and ``kube.nodeFreeDevices``: devices under Dynamic Resource Allocation
 # (DRA, resource.k8s.io/v1, GA in Kubernetes 1.34), counted per DeviceClass.
 #
 # Under DRA a GPU is not in ``node.status.allocatable``: a driver publishes a node's devices
@@ -74,10 +74,11 @@ from engine.cel.ext.kubescheduling import (
 #     one of its subrequests of the class asks (kpe cannot know which the scheduler picks).
 #     A claim or template kpe has not seen counts nothing. Extended resources (a device
 #     plugin's, or one a DeviceClass backs, KEP-5004) are ``kube.podRequests``' part.
-# ``kube.nodeDevices(node, nodeInfo, dra, class)``
-#     ``{"total", "allocated", "free"}`` devices of ``class`` on the node: its ResourceSlices'
-#     devices the class selects, those allocated to any claim, and ``free`` = total minus
-#     allocated minus what the node's pods whose claims are not allocated yet ask for
+# ``kube.nodeDevices(node, dra, class)``
+#     ``{"total", "allocated"}`` devices of ``class`` on the node: its ResourceSlices'
+#     devices the class selects, and those of them allocated to any claim.
+# ``kube.nodeFreeDevices(node, nodeInfo, dra, class)``
+#     Total minus allocated minus what the node's pods whose claims are not allocated yet ask for
 #     (``nodeInfo.pods``: pods in flight that kpe passed, and bound pods whose allocation
 #     kpe has not seen yet); with KEP-5004, a pod's request of the class's
 #     ``extendedResourceName`` counts there too when the node's allocatable does not have
@@ -144,13 +145,18 @@ def _pending(pod: _Obj, dra: _Obj, cls: str, extended: str, node_has_it: bool, f
     return need
 
 
-def node_devices(node: _Obj, node_info: _Obj, dra: _Obj, cls: str, fn: str = "kube.nodeDevices") -> dict[str, int]:
+def node_devices(node: _Obj, dra: _Obj, cls: str, fn: str = "kube.nodeDevices") -> dict[str, int]:
     name = _text(_map(node.get("metadata"), fn, "node.metadata").get("name"), fn, "node.metadata.name")
     per_node = _map(_map(dra.get("nodes"), fn, "dra.nodes").get(name), fn, "dra.nodes[node]")
     entry = per_node.get(cls)
     total, allocated = (entry.get("total", 0), entry.get("allocated", 0)) if type(entry) is dict else (0, 0)
     if type(total) is not int or type(allocated) is not int:
         raise EvalError(f"{fn}: dra.nodes[{name!r}][{cls!r}] must count devices in ints")
+    return {"total": total, "allocated": allocated}
+
+
+def node_free_devices(node: _Obj, node_info: _Obj, dra: _Obj, cls: str, fn: str = "kube.nodeFreeDevices") -> int:
+    found = node_devices(node, dra, cls, fn)
     klass = _map(dra.get("classes"), fn, "dra.classes").get(cls)
     extended = _text(klass.get("extendedResourceName"), fn, "extendedResourceName") if type(klass) is dict else ""
     allocatable = _map(_map(node.get("status"), fn, "node.status").get("allocatable"), fn, "node.status.allocatable")
@@ -159,7 +165,7 @@ def node_devices(node: _Obj, node_info: _Obj, dra: _Obj, cls: str, fn: str = "ku
     for pod in _list(node_info.get("pods"), fn, "nodeInfo.pods"):
         if type(pod) is dict:
             pending += _pending(pod, dra, cls, extended, node_has_it, fn)
-    return {"total": total, "allocated": allocated, "free": total - allocated - pending}
+    return found["total"] - found["allocated"] - pending
 
 
 def _args(fn: str, args: tuple[Any, ...], objects: int) -> bool:
@@ -173,9 +179,15 @@ def pod_devices_fn(*args: Any) -> int:
 
 
 def node_devices_fn(*args: Any) -> dict[str, int]:
-    if not _args("kube.nodeDevices", args, 3):
+    if not _args("kube.nodeDevices", args, 2):
         raise _no_overload("kube.nodeDevices", *args)
-    return node_devices(args[0], args[1], args[2], args[3])
+    return node_devices(args[0], args[1], args[2])
+
+
+def node_free_devices_fn(*args: Any) -> int:
+    if not _args("kube.nodeFreeDevices", args, 3):
+        raise _no_overload("kube.nodeFreeDevices", *args)
+    return node_free_devices(args[0], args[1], args[2], args[3])
 
 
 # -- run-time budget ----------------------------------------------------------------------------
@@ -265,7 +277,7 @@ POD_REQUEST_READS: Final = (
     "status.allocatedResources",
     "status.resources.requests",
 )
-# What kube.podDevices and kube.nodeDevices read of a pod: its claims, the claims the
+# What kube.podDevices and kube.nodeFreeDevices read of a pod: its claims, the claims the
 # resourceclaim controller made for it, and (KEP-5004) the claim the scheduler made for its
 # extended resources along with the requests themselves.
 POD_CLAIM_READS: Final = (
@@ -297,7 +309,8 @@ READS: dict[str, tuple[tuple[str, ...] | None, ...]] = {
     ),
     "kube.nodeFree": (("status.allocatable",), ("requested", "podCount"), None),
     "kube.podDevices": (POD_CLAIM_READS, None, None),
-    "kube.nodeDevices": (("metadata.name", "status.allocatable"), NODE_CLAIM_READS, None, None),
+    "kube.nodeDevices": (("metadata.name",), None, None),
+    "kube.nodeFreeDevices": (("metadata.name", "status.allocatable"), NODE_CLAIM_READS, None, None),
 }
 
 COSTS: dict[str, Callable[..., int]] = {
@@ -308,7 +321,7 @@ COSTS: dict[str, Callable[..., int]] = {
     "kube.nodeSelectorMatches": _selector_cost,
     "kube.podNodeAffinityMatches": _affinity_cost,
     "kube.podDevices": _claims_cost,
-    "kube.nodeDevices": _node_claims_cost,
+    "kube.nodeFreeDevices": _node_claims_cost,
 }
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
@@ -322,6 +335,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "kube.nodeFree": node_free_fn,
     "kube.podDevices": pod_devices_fn,
     "kube.nodeDevices": node_devices_fn,
+    "kube.nodeFreeDevices": node_free_devices_fn,
 }
 
 # kube.podRequests is left out: a map with one argument, a Quantity with two.
@@ -335,4 +349,5 @@ RESULT_TYPES: dict[str, str] = {
     "kube.nodeFree": "kubernetes.Quantity",
     "kube.podDevices": "int",
     "kube.nodeDevices": "map",
+    "kube.nodeFreeDevices": "int",
 }
