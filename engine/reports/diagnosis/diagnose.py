@@ -16,6 +16,8 @@ rule and scores per node, the admission gates) and adds:
   victims, then asks kpe's preempt verb) (``preemption_verdicts``);
 - per reservation, whether the pod owns it, its slots and its part in the
   decision (``engine.reports.diagnosis.slots``);
+- the devices the pod asks for under Dynamic Resource Allocation, and per node its
+  devices of those classes: total, allocated, free (``engine.cluster.devices.device_summary``);
 - what kpe's preempt verb really did for the pod, when the caller knows it (kpe's
   decision log, or the PreemptionVetoed Event it posted): the nodes a policy's rule
   kept out of the preemption, with the rule (``preemption_vetoes``).
@@ -37,6 +39,7 @@ from engine.decisions.evaluation import current_time
 from engine.reports.explain import Report, explain
 from engine.reservations.heldroom import Homes, keep_evictions_off
 from engine.cluster.counts import counts_of
+from engine.cluster.devices import device_summary
 from engine.cluster.kubefilters import KubeVerdict
 from engine.cluster.nodeinfo import TERMINAL_PHASES, node_info_map, node_name
 from engine.policy.model import PolicySet
@@ -75,6 +78,7 @@ class Diagnosis:
     eviction: dict[str, EvictionVerdict]
     node_order: list[str]
     reservations: list[ReservationPart] = field(default_factory=list)
+    devices: dict[str, Any] | None = None  # engine.cluster.devices.device_summary
 
     def feasible(self) -> list[str]:
         """Nodes both kpe's policies and kube-scheduler's checked filters accept."""
@@ -92,6 +96,7 @@ class Diagnosis:
         data["gates"] = self.gates
         data["feasibleNodes"] = self.feasible()
         data["reservations"] = [r.to_dict() for r in self.reservations]
+        data["devices"] = self.devices
         return data
 
 
@@ -284,6 +289,7 @@ def diagnose(
         reservations=reservation_parts(
             policy_set, pod, report.matched, slots or {}, {v.node: (v.verdict, v.reason) for v in report.filter.explanation or []}
         ),
+        devices=device_summary(pod, nodes, info, dra) if dra else None,
     )
 
 
