@@ -176,45 +176,82 @@ class ClassSelector:
 
 
 class DeviceIndex:
-    """The ``dra`` value, built from the four kinds' views (``build``)."""
+    """Builds the ``dra`` value from the four kinds' views (``build``), again after every
+    change. Which devices a class selects (its CEL selectors, per device: the costly part) is
+    remembered per slice view, and a claim's entry per claim view, for as long as the same
+    view object is handed in (the cache replaces a view when its object changes) and the
+    classes are the same: a claim allocated costs a count, not every selector again."""
 
-    @staticmethod
-    def build(slices: Iterable[Obj], claims: Iterable[Obj], templates: Iterable[Obj], classes: Iterable[Obj]) -> dict[str, Any]:
+    def __init__(self) -> None:
+        self._classes_key: tuple[Any, ...] | None = None
+        self._selectors: dict[str, ClassSelector] = {}
+        # id(view) -> (the view, kept so its id is not reused; what was worked out of it)
+        self._slices: dict[int, tuple[Obj, list[tuple[str, str, str, str, tuple[str, ...]]]]] = {}
+        self._claims: dict[int, tuple[Obj, dict[str, Any], list[tuple[str, str, str]]]] = {}
+
+    def build(self, slices: Iterable[Obj], claims: Iterable[Obj], templates: Iterable[Obj], classes: Iterable[Obj]) -> dict[str, Any]:
         classes = list(classes)
-        selectors = {str((c.get("metadata") or {}).get("name") or ""): ClassSelector(c) for c in classes}
+        classes_key = tuple((str((c.get("metadata") or {}).get("name") or ""), repr((c.get("spec") or {}).get("selectors"))) for c in classes)
+        if classes_key != self._classes_key:
+            self._classes_key, self._slices = classes_key, {}
+            self._selectors = {name: ClassSelector(c) for (name, _), c in zip(classes_key, classes)}
         class_info = {}
-        for c_obj in classes:
-            name = str((c_obj.get("metadata") or {}).get("name") or "")
+        for (name, _), c_obj in zip(classes_key, classes):
             ext = (c_obj.get("spec") or {}).get("extendedResourceName")
             class_info[name] = {"extendedResourceName": ext} if isinstance(ext, str) and ext else {}
         claim_entries: dict[str, Any] = {}
         taken: set[tuple[str, str, str]] = set()
+        seen_claims: dict[int, tuple[Obj, dict[str, Any], list[tuple[str, str, str]]]] = {}
         for claim in claims:
-            claim_entries[key("resourceclaims", claim)] = claim_entry(claim)
-            allocation = (claim.get("status") or {}).get("allocation") or {}
-            for result in ((allocation.get("devices") or {}).get("results") or ()):
-                if isinstance(result, Mapping) and result.get("adminAccess") is not True:
-                    taken.add((str(result.get("driver")), str(result.get("pool")), str(result.get("device"))))
+            found = self._claims.get(id(claim))
+            if found is None or found[0] is not claim:
+                found = (claim, claim_entry(claim), _taken(claim))
+            seen_claims[id(claim)] = found
+            claim_entries[key("resourceclaims", claim)] = found[1]
+            taken.update(found[2])
+        self._claims = seen_claims
         nodes: dict[str, dict[str, dict[str, int]]] = {}
+        seen_slices: dict[int, tuple[Obj, list[tuple[str, str, str, str, tuple[str, ...]]]]] = {}
         for s, pool in _current(slices):
-            spec = s.get("spec") or {}
-            driver = str(spec.get("driver") or "")
-            per_device = spec.get("perDeviceNodeSelection") is True
-            for device in spec.get("devices") or ():
-                if not isinstance(device, Mapping):
-                    continue
-                node = device.get("nodeName") if per_device else spec.get("nodeName")
-                if not isinstance(node, str) or not node:
-                    continue
-                value = device_value(driver, device)
-                used = (driver, pool, str(device.get("name") or "")) in taken
-                for cls, selector in selectors.items():
-                    if selector.selects(value):
-                        counts = nodes.setdefault(node, {}).setdefault(cls, {"total": 0, "allocated": 0})
-                        counts["total"] += 1
-                        counts["allocated"] += used
+            selected = self._slices.get(id(s))
+            if selected is None or selected[0] is not s:
+                selected = (s, self._selected(s, pool))
+            seen_slices[id(s)] = selected
+            for node, driver, pool_name, device, in_classes in selected[1]:
+                used = (driver, pool_name, device) in taken
+                per_node = nodes.setdefault(node, {})
+                for cls in in_classes:
+                    counts = per_node.setdefault(cls, {"total": 0, "allocated": 0})
+                    counts["total"] += 1
+                    counts["allocated"] += used
+        self._slices = seen_slices
         return {"classes": class_info, "nodes": nodes, "claims": claim_entries,
                 "templates": {key("resourceclaimtemplates", t): template_entry(t) for t in templates}}
+
+    def _selected(self, s: Obj, pool: str) -> list[tuple[str, str, str, str, tuple[str, ...]]]:
+        """Each device of a slice that belongs to a node: (node, driver, pool, device, the classes that select it)."""
+        spec = s.get("spec") or {}
+        driver = str(spec.get("driver") or "")
+        per_device = spec.get("perDeviceNodeSelection") is True
+        out = []
+        for device in spec.get("devices") or ():
+            if not isinstance(device, Mapping):
+                continue
+            node = device.get("nodeName") if per_device else spec.get("nodeName")
+            if not isinstance(node, str) or not node:
+                continue
+            value = device_value(driver, device)
+            in_classes = tuple(cls for cls, selector in self._selectors.items() if selector.selects(value))
+            if in_classes:
+                out.append((node, driver, pool, str(device.get("name") or ""), in_classes))
+        return out
+
+
+def _taken(claim: Obj) -> list[tuple[str, str, str]]:
+    """The devices allocated to a claim, as (driver, pool, device); admin access takes none."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return [(str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+            for r in ((allocation.get("devices") or {}).get("results") or ()) if isinstance(r, Mapping) and r.get("adminAccess") is not True]
 
 
 def _current(slices: Iterable[Obj]) -> list[tuple[Obj, str]]:
@@ -235,7 +272,7 @@ def _current(slices: Iterable[Obj]) -> list[tuple[Obj, str]]:
 def dra_of(objects: Mapping[str, Iterable[Obj]]) -> dict[str, Any]:
     """``dra`` from lists of objects by kind (a test's fixtures, a snapshot), each cut to its view."""
     views = {kind: [view(kind, o) for o in objects.get(kind, ())] for kind in KINDS}
-    return DeviceIndex.build(views["resourceslices"], views["resourceclaims"], views["resourceclaimtemplates"], views["deviceclasses"])
+    return DeviceIndex().build(views["resourceslices"], views["resourceclaims"], views["resourceclaimtemplates"], views["deviceclasses"])
 
 
 EMPTY_DRA: Mapping[str, Any] = {"classes": {}, "nodes": {}, "claims": {}, "templates": {}}

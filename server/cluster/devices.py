@@ -66,6 +66,7 @@ class Devices:
         self.task: asyncio.Task[None] | None = None
         self.served: bool | None = None  # None until asked; False: the API server does not serve resource.k8s.io/v1
         self._built: Mapping[str, Any] | None = None
+        self._index = DeviceIndex()  # remembers which devices each class selects, per slice
         self.ready = asyncio.Event()  # set once listed, or once known not to be served
 
     @property
@@ -136,7 +137,7 @@ class Devices:
             if not self.served or not all(inf.listed for inf in self.informers.values()):
                 return EMPTY_DRA
             objects = {kind: list(found.values()) for kind, found in self.objects.items()}
-            built = self._built = DeviceIndex.build(objects["resourceslices"], objects["resourceclaims"],
+            built = self._built = self._index.build(objects["resourceslices"], objects["resourceclaims"],
                                                     objects["resourceclaimtemplates"], objects["deviceclasses"])
         return built
 
