@@ -30,7 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from engine.cluster.devices import DeviceIndex, view  # noqa: E402
+from engine.cluster.devices import DeviceIndex, key, view  # noqa: E402
+from server.cluster.trim import trim  # noqa: E402
 from engine.cluster.nodeinfo import node_info_map  # noqa: E402
 from engine.decisions.filtering import filter_nodes  # noqa: E402
 from engine.policy.loader import load  # noqa: E402
@@ -114,11 +115,11 @@ def main() -> int:
     claims = [claim(i, names[i // GPUS], i % GPUS) for i in range(claims_n)]
     classes = [device_class()]
 
-    kept_slices = [view("resourceslices", s) for s in slices]
-    kept_claims = [view("resourceclaims", c) for c in claims]
+    # As the server keeps them: trimmed (strings interned) and cut (server.cluster.devices.enter).
+    kept_slices = [view("resourceslices", trim(copy.deepcopy(s))) for s in slices]
+    kept_claims = [view("resourceclaims", trim(copy.deepcopy(c))) for c in claims]
     kept_classes = [view("deviceclasses", c) for c in classes]
-    index = DeviceIndex()
-    dra = index.build(kept_slices, kept_claims, [], kept_classes)
+    dra = DeviceIndex.build(kept_slices, kept_claims, [], kept_classes)
     counted = sum(per[CLASS]["allocated"] for per in dra["nodes"].values())
     total = sum(per[CLASS]["total"] for per in dra["nodes"].values())
     if counted != claims_n or total != args.nodes * GPUS:
@@ -129,20 +130,42 @@ def main() -> int:
     print(f"{'object':<16}{'as sent (B)':>14}{'kept (B)':>12}")
     for kind, raw in (("resourceslices", slices[:200]), ("resourceclaims", claims[:200])):
         sent = size(lambda: [copy.deepcopy(o) for o in raw]) / len(raw)
-        kept = size(lambda: [view(kind, copy.deepcopy(o)) for o in raw]) / len(raw)  # what stays of a fresh copy
+        kept = size(lambda: [view(kind, trim(copy.deepcopy(o))) for o in raw]) / len(raw)  # what stays of a fresh copy
         print(f"{kind:<16}{sent:>14,.0f}{kept:>12,.0f}")
-    dra_bytes = size(lambda: DeviceIndex().build(kept_slices, kept_claims, [], kept_classes))
+    dra_bytes = size(lambda: DeviceIndex.build(kept_slices, kept_claims, [], kept_classes))
     print(f"dra itself: {dra_bytes / 1024:,.0f} KiB")
 
-    cold = best(lambda: DeviceIndex().build(kept_slices, kept_claims, [], kept_classes), repeats)
-    print(f"building dra from scratch (first list, a DeviceClass changed): {cold * 1000:,.1f} ms ({cold / (args.nodes * GPUS) * 1e6:.2f} us per device)")
+    cold = best(lambda: DeviceIndex.build(kept_slices, kept_claims, [], kept_classes), repeats)
+    print(f"building dra from every object (first list; a DeviceClass changed): {cold * 1000:,.1f} ms "
+          f"({cold / (args.nodes * GPUS) * 1e6:.2f} us per device)")
 
-    def one_claim_allocated() -> None:
-        kept_claims[-1] = view("resourceclaims", claims[-1])  # a new view, as the cache makes on a watch event
-        index.build(kept_slices, kept_claims, [], kept_classes)
+    # As the server keeps it: one watch event at a time, a snapshot read after each.
+    index = DeviceIndex()
+    index.set_classes(kept_classes)
+    for kind, kept in (("resourceslices", kept_slices), ("resourceclaims", kept_claims)):
+        for obj in kept:
+            index.set(kind, key(kind, obj), obj)
+    if index.snapshot() != dra:
+        print("the index kept event by event differs from the one built at once")
+        return 1
+    events = [view("resourceclaims", c) for c in claims[: min(1000, claims_n)]]
 
-    warm = best(one_claim_allocated, repeats)
-    print(f"building dra again after a claim changed: {warm * 1000:,.1f} ms")
+    def claim_events() -> None:
+        for obj in events:
+            index.set("resourceclaims", key("resourceclaims", obj), obj)
+            index.snapshot()
+
+    warm = best(claim_events, repeats) / len(events)
+    print(f"a claim's watch event applied and dra read again: {warm * 1e6:,.1f} us")
+    slice_events = [view("resourceslices", s) for s in slices[:100]]
+
+    def slice_events_applied() -> None:
+        for obj in slice_events:
+            index.set("resourceslices", key("resourceslices", obj), obj)
+            index.snapshot()
+
+    per_slice = best(slice_events_applied, repeats) / len(slice_events)
+    print(f"a slice's watch event applied (its {GPUS} devices selected again) and dra read again: {per_slice * 1e6:,.1f} us")
 
     policies = load([ROOT / "policies" / "gpu-placement.yaml"])
     nodes = [{"metadata": {"name": n}, "status": {"allocatable": {"cpu": "96", "pods": "110"}}} for n in names]

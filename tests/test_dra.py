@@ -274,3 +274,43 @@ def test_node_info_of_bound_pods_keeps_what_the_free_devices_read_of_them() -> N
     assert kept["spec"]["resourceClaims"] == bound["spec"]["resourceClaims"]
     assert kept["status"]["resourceClaimStatuses"] == bound["status"]["resourceClaimStatuses"]
     assert node_info_map([node()], [kept])[NODE]["podCount"] == 1
+
+
+def test_dra_kept_event_by_event_is_the_one_built_from_every_object_and_snapshots_never_change() -> None:
+    from engine.cluster.devices import DeviceIndex, key
+
+    classes = [view("deviceclasses", fixture("deviceclass.yaml")), view("deviceclasses", fixture("deviceclass-extended-resource.yaml"))]
+    first = view("resourceslices", slice_())
+    newer = copy.deepcopy(first)
+    newer["metadata"]["name"] = "resourceslice-0-gen2"
+    newer["spec"]["pool"]["generation"] = 2
+    newer["spec"]["devices"] = newer["spec"]["devices"][1:3]
+    other = copy.deepcopy(first)
+    other["metadata"]["name"] = "resourceslice-1"
+    other["spec"].update({"nodeName": "scheduler-perf-dra-1", "pool": {"name": "resourceslice-1", "generation": 1}})
+    c0 = view("resourceclaims", allocated_claim("c0", ["basic-device-1"]))
+    c1 = view("resourceclaims", allocated_claim("c1", ["basic-device-2"]))
+    c1_again = view("resourceclaims", allocated_claim("c1", ["basic-device-2", "basic-device-0"]))
+    shared = view("resourceclaims", allocated_claim("c2", ["basic-device-1"]))  # a device two claims hold (shared)
+    class_with_model = {"metadata": {"name": "test-class"}, "spec": {"selectors": [{"cel": {"expression": 'device.attributes["test-driver.cdi.k8s.io"].model == "B60"'}}]}}
+    events: list[tuple[str, str, Any]] = [
+        ("resourceslices", "resourceslice-0", first), ("resourceclaims", "ml/c0", c0), ("resourceclaims", "ml/c1", c1),
+        ("resourceslices", "resourceslice-1", other), ("resourceclaims", "ml/c2", shared), ("resourceclaims", "ml/c1", c1_again),
+        ("resourceslices", "resourceslice-0-gen2", newer), ("resourceclaims", "ml/c0", None), ("deviceclasses", "test-class", class_with_model),
+        ("resourceslices", "resourceslice-0-gen2", None), ("resourceclaims", "ml/c2", None), ("resourceslices", "resourceslice-1", None),
+    ]
+    index = DeviceIndex()
+    index.set_classes(classes)
+    state: dict[str, dict[str, Any]] = {"resourceslices": {}, "resourceclaims": {}, "deviceclasses": {key("deviceclasses", c): c for c in classes}}
+    for kind, name, obj in events:
+        before = index.snapshot()
+        frozen = copy.deepcopy(before)
+        index.set(kind, name, obj)
+        if obj is None:
+            state[kind].pop(name)
+        else:
+            state[kind][name] = obj
+        assert before == frozen, f"a snapshot handed out changed with {kind} {name}"
+        assert index.snapshot() == DeviceIndex.build(state["resourceslices"].values(), state["resourceclaims"].values(), [],
+                                                     state["deviceclasses"].values()), f"after {kind} {name}"
+    assert index.snapshot()["nodes"] == {NODE: {"test-class": {"total": 4, "allocated": 2}, "test-class-0": {"total": 4, "allocated": 2}}}

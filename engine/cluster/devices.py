@@ -25,6 +25,7 @@ failing selector as no match. Results with ``adminAccess`` take no device.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 from engine import cel
@@ -126,28 +127,43 @@ def device_value(driver: str, device: Obj) -> dict[str, Any]:
     domain (a name without one is the driver's), attributes as typed values."""
     attributes: dict[str, dict[str, Any]] = {}
     for name, attr in (device.get("attributes") or {}).items():
-        domain, _, ident = str(name).rpartition("/")
+        if type(attr) is not dict:
+            continue
         value: Any = None
-        if isinstance(attr, Mapping):
-            for field in ("int", "bool", "string", "version"):
-                if field in attr:
-                    value = attr[field]
-                    if field == "version":
-                        try:
-                            value = parse_semver(str(value))
-                        except CelError:
-                            value = None
-                    break
+        for field, found in attr.items():  # one of int, bool, string, version (or a list kind kpe does not read)
+            if field in _SCALAR_ATTRIBUTES:
+                value = _version(str(found)) if field == "version" else found
+                break
         if value is not None:
+            domain, _, ident = name.rpartition("/")
             attributes.setdefault(domain or driver, {})[ident] = value
     capacity: dict[str, dict[str, Any]] = {}
     for name, cap in (device.get("capacity") or {}).items():
-        domain, _, ident = str(name).rpartition("/")
-        try:
-            capacity.setdefault(domain or driver, {})[ident] = parse_quantity(str((cap or {}).get("value")))
-        except CelError:
-            continue
+        q = _quantity(str(cap.get("value"))) if type(cap) is dict else None
+        if q is not None:
+            domain, _, ident = name.rpartition("/")
+            capacity.setdefault(domain or driver, {})[ident] = q
     return {"driver": driver, "attributes": attributes, "capacity": capacity}
+
+
+_SCALAR_ATTRIBUTES = frozenset(("int", "bool", "string", "version"))
+
+
+# A driver publishes the same versions and capacities on every device: parsed once each.
+@lru_cache(maxsize=4096)
+def _version(text: str) -> Any:
+    try:
+        return parse_semver(text)
+    except CelError:
+        return None
+
+
+@lru_cache(maxsize=4096)
+def _quantity(text: str) -> Any:
+    try:
+        return parse_quantity(text)
+    except CelError:
+        return None
 
 
 class ClassSelector:
@@ -175,61 +191,163 @@ class ClassSelector:
             return False
 
 
+Located = tuple[str, str, str, str, tuple[str, ...]]  # node, driver, pool, device, the classes that select it
+
+
 class DeviceIndex:
-    """Builds the ``dra`` value from the four kinds' views (``build``), again after every
-    change. Which devices a class selects (its CEL selectors, per device: the costly part) is
-    remembered per slice view, and a claim's entry per claim view, for as long as the same
-    view object is handed in (the cache replaces a view when its object changes) and the
-    classes are the same: a claim allocated costs a count, not every selector again."""
+    """The ``dra`` value, kept up to date object by object (``set``) as watch events come, and
+    handed out whole (``snapshot``): which devices a class selects (its CEL selectors per
+    device, the costly part) is worked out once per slice change, and a claim's change moves
+    only the counts of the devices it was and is allocated. A snapshot is never changed
+    afterwards (a node's counts are replaced, not changed), so an evaluation reading one while
+    events are applied sees one moment. ``build`` makes one from lists (a test's fixtures)."""
 
     def __init__(self) -> None:
-        self._classes_key: tuple[Any, ...] | None = None
+        self._classes: dict[str, Obj] = {}
         self._selectors: dict[str, ClassSelector] = {}
-        # id(view) -> (the view, kept so its id is not reused; what was worked out of it)
-        self._slices: dict[int, tuple[Obj, list[tuple[str, str, str, str, tuple[str, ...]]]]] = {}
-        self._claims: dict[int, tuple[Obj, dict[str, Any], list[tuple[str, str, str]]]] = {}
+        self._class_info: dict[str, dict[str, str]] = {}
+        self._slices: dict[str, Obj] = {}
+        self._pools: dict[tuple[str, str], dict[str, int]] = {}  # (driver, pool) -> slice key -> generation
+        self._located: dict[str, list[Located]] = {}  # slice key -> its devices counted (newest generation only)
+        self._claims: dict[str, dict[str, Any]] = {}
+        self._claim_taken: dict[str, list[tuple[str, str, str]]] = {}
+        self._taken: dict[tuple[str, str, str], int] = {}  # device -> how many claims hold it
+        self._where: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}  # device -> (node, classes)
+        self._nodes: dict[str, dict[str, dict[str, int]]] = {}
+        self._templates: dict[str, dict[str, Any]] = {}
+        self._snapshot: dict[str, Any] | None = None
 
-    def build(self, slices: Iterable[Obj], claims: Iterable[Obj], templates: Iterable[Obj], classes: Iterable[Obj]) -> dict[str, Any]:
-        classes = list(classes)
-        classes_key = tuple((str((c.get("metadata") or {}).get("name") or ""), repr((c.get("spec") or {}).get("selectors"))) for c in classes)
-        if classes_key != self._classes_key:
-            self._classes_key, self._slices = classes_key, {}
-            self._selectors = {name: ClassSelector(c) for (name, _), c in zip(classes_key, classes)}
-        class_info = {}
-        for (name, _), c_obj in zip(classes_key, classes):
-            ext = (c_obj.get("spec") or {}).get("extendedResourceName")
-            class_info[name] = {"extendedResourceName": ext} if isinstance(ext, str) and ext else {}
-        claim_entries: dict[str, Any] = {}
-        taken: set[tuple[str, str, str]] = set()
-        seen_claims: dict[int, tuple[Obj, dict[str, Any], list[tuple[str, str, str]]]] = {}
-        for claim in claims:
-            found = self._claims.get(id(claim))
-            if found is None or found[0] is not claim:
-                found = (claim, claim_entry(claim), _taken(claim))
-            seen_claims[id(claim)] = found
-            claim_entries[key("resourceclaims", claim)] = found[1]
-            taken.update(found[2])
-        self._claims = seen_claims
-        nodes: dict[str, dict[str, dict[str, int]]] = {}
-        seen_slices: dict[int, tuple[Obj, list[tuple[str, str, str, str, tuple[str, ...]]]]] = {}
-        for s, pool in _current(slices):
-            selected = self._slices.get(id(s))
-            if selected is None or selected[0] is not s:
-                selected = (s, self._selected(s, pool))
-            seen_slices[id(s)] = selected
-            for node, driver, pool_name, device, in_classes in selected[1]:
-                used = (driver, pool_name, device) in taken
-                per_node = nodes.setdefault(node, {})
-                for cls in in_classes:
-                    counts = per_node.setdefault(cls, {"total": 0, "allocated": 0})
-                    counts["total"] += 1
-                    counts["allocated"] += used
-        self._slices = seen_slices
-        return {"classes": class_info, "nodes": nodes, "claims": claim_entries,
-                "templates": {key("resourceclaimtemplates", t): template_entry(t) for t in templates}}
+    @staticmethod
+    def build(slices: Iterable[Obj], claims: Iterable[Obj], templates: Iterable[Obj], classes: Iterable[Obj]) -> dict[str, Any]:
+        index = DeviceIndex()
+        index.set_classes(list(classes))
+        for kind, objects in (("resourceslices", slices), ("resourceclaims", claims), ("resourceclaimtemplates", templates)):
+            for obj in objects:
+                index.set(kind, key(kind, obj), obj)
+        return index.snapshot()
 
-    def _selected(self, s: Obj, pool: str) -> list[tuple[str, str, str, str, tuple[str, ...]]]:
-        """Each device of a slice that belongs to a node: (node, driver, pool, device, the classes that select it)."""
+    def snapshot(self) -> dict[str, Any]:
+        if self._snapshot is None:
+            self._snapshot = {"classes": dict(self._class_info), "nodes": dict(self._nodes), "claims": dict(self._claims),
+                              "templates": dict(self._templates)}
+        return self._snapshot
+
+    # -- changes ------------------------------------------------------------------------------
+
+    def set(self, kind: str, name: str, obj: Obj | None) -> None:
+        """One object of ``kind`` (its view) added, changed (None: deleted)."""
+        self._snapshot = None
+        if kind == "resourceclaims":
+            self._set_claim(name, obj)
+        elif kind == "resourceclaimtemplates":
+            if obj is None:
+                self._templates.pop(name, None)
+            else:
+                self._templates[name] = template_entry(obj)
+        elif kind == "resourceslices":
+            self._set_slice(name, obj)
+        elif kind == "deviceclasses":
+            classes = dict(self._classes)
+            if obj is None:
+                classes.pop(name, None)
+            else:
+                classes[name] = obj
+            self.set_classes(list(classes.values()))
+
+    def set_classes(self, classes: list[Obj]) -> None:
+        """Every DeviceClass: each slice's devices are selected again."""
+        self._snapshot = None
+        self._classes = {str((c.get("metadata") or {}).get("name") or ""): c for c in classes}
+        self._selectors = {name: ClassSelector(c) for name, c in self._classes.items()}
+        self._class_info = {}
+        for name, c in self._classes.items():
+            ext = (c.get("spec") or {}).get("extendedResourceName")
+            self._class_info[name] = {"extendedResourceName": ext} if isinstance(ext, str) and ext else {}
+        for name in list(self._located):
+            self._uncount(name)
+        self._nodes, self._where = {}, {}
+        for name in list(self._slices):
+            self._count(name)
+
+    def _set_claim(self, name: str, claim: Obj | None) -> None:
+        for device in self._claim_taken.pop(name, ()):
+            self._take(device, -1)
+        if claim is None:
+            self._claims.pop(name, None)
+            return
+        self._claims[name] = claim_entry(claim)
+        taken = _taken(claim)
+        self._claim_taken[name] = taken
+        for device in taken:
+            self._take(device, 1)
+
+    def _take(self, device: tuple[str, str, str], by: int) -> None:
+        before = self._taken.get(device, 0)
+        after = before + by
+        if after > 0:
+            self._taken[device] = after
+        else:
+            self._taken.pop(device, None)
+        if (before > 0) != (after > 0) and device in self._where:
+            node, classes = self._where[device]
+            self._add(node, classes, 0, 1 if after > 0 else -1)
+
+    def _set_slice(self, name: str, obj: Obj | None) -> None:
+        self._uncount(name)
+        old = self._slices.get(name)
+        pools = {_pool_of(old)} if old is not None else set()
+        if obj is None:
+            self._slices.pop(name, None)
+        else:
+            self._slices[name] = obj
+            pools.add(_pool_of(obj))
+        for pool in pools:
+            members = self._pools.setdefault(pool, {})
+            members.pop(name, None)
+            if obj is not None and _pool_of(obj) == pool:
+                members[name] = _generation(obj)
+            newest = max(members.values(), default=0)
+            for member, generation in list(members.items()):
+                self._uncount(member)
+                if generation == newest:
+                    self._count(member)
+            if not members:
+                del self._pools[pool]
+
+    def _count(self, name: str) -> None:
+        s = self._slices[name]
+        pool = _pool_of(s)
+        if pool in self._pools and self._pools[pool].get(name) != max(self._pools[pool].values()):
+            return  # an older generation of its pool
+        located = self._select(s, pool[1])
+        self._located[name] = located
+        for node, driver, pool_name, device, classes in located:
+            self._where[(driver, pool_name, device)] = (node, classes)
+            self._add(node, classes, 1, 1 if (driver, pool_name, device) in self._taken else 0)
+
+    def _uncount(self, name: str) -> None:
+        for node, driver, pool_name, device, classes in self._located.pop(name, ()):
+            if self._where.get((driver, pool_name, device), (None,))[0] == node:
+                del self._where[(driver, pool_name, device)]
+            self._add(node, classes, -1, -1 if (driver, pool_name, device) in self._taken else 0)
+
+    def _add(self, node: str, classes: tuple[str, ...], total: int, allocated: int) -> None:
+        """Move a node's counts: its entry is replaced (snapshots handed out keep theirs)."""
+        per_node = dict(self._nodes.get(node) or {})
+        for cls in classes:
+            counts = per_node.get(cls) or {"total": 0, "allocated": 0}
+            counts = {"total": counts["total"] + total, "allocated": counts["allocated"] + allocated}
+            if counts["total"] > 0:
+                per_node[cls] = counts
+            else:
+                per_node.pop(cls, None)
+        if per_node:
+            self._nodes[node] = per_node
+        else:
+            self._nodes.pop(node, None)
+
+    def _select(self, s: Obj, pool: str) -> list[Located]:
+        """Each device of a slice that belongs to a node, with the classes that select it."""
         spec = s.get("spec") or {}
         driver = str(spec.get("driver") or "")
         per_device = spec.get("perDeviceNodeSelection") is True
@@ -247,6 +365,16 @@ class DeviceIndex:
         return out
 
 
+def _pool_of(s: Obj) -> tuple[str, str]:
+    spec = s.get("spec") or {}
+    return str(spec.get("driver") or ""), str((spec.get("pool") or {}).get("name") or "")
+
+
+def _generation(s: Obj) -> int:
+    found = ((s.get("spec") or {}).get("pool") or {}).get("generation")
+    return found if type(found) is int else 0
+
+
 def _taken(claim: Obj) -> list[tuple[str, str, str]]:
     """The devices allocated to a claim, as (driver, pool, device); admin access takes none."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
@@ -254,25 +382,10 @@ def _taken(claim: Obj) -> list[tuple[str, str, str]]:
             for r in ((allocation.get("devices") or {}).get("results") or ()) if isinstance(r, Mapping) and r.get("adminAccess") is not True]
 
 
-def _current(slices: Iterable[Obj]) -> list[tuple[Obj, str]]:
-    """The slices of each pool's newest generation, with their pool's name."""
-    newest: dict[tuple[str, str], int] = {}
-    listed: list[tuple[Obj, str, str, int]] = []
-    for s in slices:
-        spec = s.get("spec") or {}
-        pool = spec.get("pool") or {}
-        driver, name = str(spec.get("driver") or ""), str(pool.get("name") or "")
-        found = pool.get("generation")
-        generation = found if type(found) is int else 0
-        listed.append((s, driver, name, generation))
-        newest[(driver, name)] = max(newest.get((driver, name), generation), generation)
-    return [(s, name) for s, driver, name, generation in listed if generation == newest[(driver, name)]]
-
-
 def dra_of(objects: Mapping[str, Iterable[Obj]]) -> dict[str, Any]:
     """``dra`` from lists of objects by kind (a test's fixtures, a snapshot), each cut to its view."""
     views = {kind: [view(kind, o) for o in objects.get(kind, ())] for kind in KINDS}
-    return DeviceIndex().build(views["resourceslices"], views["resourceclaims"], views["resourceclaimtemplates"], views["deviceclasses"])
+    return DeviceIndex.build(views["resourceslices"], views["resourceclaims"], views["resourceclaimtemplates"], views["deviceclasses"])
 
 
 EMPTY_DRA: Mapping[str, Any] = {"classes": {}, "nodes": {}, "claims": {}, "templates": {}}

@@ -10,9 +10,11 @@ server whether it serves resource.k8s.io/v1 (Kubernetes 1.34 and later, where DR
 1.32 serves v1beta1 only, and only with DRA enabled). Where it does not, kpe logs so once
 and ``dra`` stays empty: the helpers see no devices, and the cache stays connected.
 
-Each object is cut as it enters (``engine.cluster.devices.view``); ``dra`` is rebuilt from
-the views on the first read after any change (class selectors evaluated per device), and
-the same object is handed out until the next change.
+Each object is trimmed (strings interned, managedFields dropped: ``server.cluster.trim``) and
+cut as it enters (``engine.cluster.devices.view``), and applied to ``dra`` at once
+(``engine.cluster.devices.DeviceIndex``: a slice's devices selected by each class once per
+slice change, a claim's allocation moving only its devices' counts); readers get a snapshot
+made on the first read after a change, the same object until the next one.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from engine.cluster.devices import EMPTY_DRA, GROUP, KINDS, VERSION, DeviceIndex
 from engine.policy.model import PolicySet
 
 from server.cluster.informer import Informer
+from server.cluster.trim import trim
 from server.cluster.kube import ApiError, KubeClient
 
 log = logging.getLogger("kpe.cache")
@@ -65,8 +68,7 @@ class Devices:
         self.objects: dict[str, dict[str, Obj]] = {kind: {} for kind in KINDS}
         self.task: asyncio.Task[None] | None = None
         self.served: bool | None = None  # None until asked; False: the API server does not serve resource.k8s.io/v1
-        self._built: Mapping[str, Any] | None = None
-        self._index = DeviceIndex()  # remembers which devices each class selects, per slice
+        self._index = DeviceIndex()  # dra, kept up to date event by event
         self.ready = asyncio.Event()  # set once listed, or once known not to be served
 
     @property
@@ -131,20 +133,15 @@ class Devices:
             await asyncio.gather(self.task, return_exceptions=True)
 
     def view(self) -> Mapping[str, Any]:
-        """``dra`` now: built on the first read after a change, empty until listed."""
-        built = self._built
-        if built is None:
-            if not self.served or not all(inf.listed for inf in self.informers.values()):
-                return EMPTY_DRA
-            objects = {kind: list(found.values()) for kind, found in self.objects.items()}
-            built = self._built = self._index.build(objects["resourceslices"], objects["resourceclaims"],
-                                                    objects["resourceclaimtemplates"], objects["deviceclasses"])
-        return built
+        """``dra`` now (the index's snapshot, made on the first read after a change); empty until listed."""
+        if not self.served or not all(inf.listed for inf in self.informers.values()):
+            return EMPTY_DRA
+        return self._index.snapshot()
 
     # --- the informers' sink -------------------------------------------------------------
 
     def enter(self, kind: str, obj: Obj) -> Obj:
-        return view(kind, obj) if isinstance(obj, dict) else obj
+        return view(kind, trim(obj)) if isinstance(obj, dict) else obj
 
     def apply(self, informer: Informer, event: Obj) -> None:
         kind = event.get("type")
@@ -153,18 +150,29 @@ class Devices:
             return
         rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            obj = view(informer.kind, raw)
+            obj = self.enter(informer.kind, raw)
+            name = key(informer.kind, obj)
             found = self.objects[informer.kind]
             if kind == "DELETED":
-                found.pop(key(informer.kind, obj), None)
+                found.pop(name, None)
+                self._index.set(informer.kind, name, None)
             else:
-                found[key(informer.kind, obj)] = obj
-            self._built = None
+                found[name] = obj
+                self._index.set(informer.kind, name, obj)
         informer.heard(rv)
 
     def replace(self, informer: Informer, items: list[Obj], resource_version: str, *, refresh: bool) -> None:
-        self.objects[informer.kind] = {key(informer.kind, obj): obj for obj in items}
-        self._built = None
+        fresh = {key(informer.kind, obj): obj for obj in items}
+        old = self.objects[informer.kind]
+        self.objects[informer.kind] = fresh
+        if informer.kind == "deviceclasses":
+            self._index.set_classes(list(fresh.values()))
+        else:
+            for name in [n for n in old if n not in fresh]:
+                self._index.set(informer.kind, name, None)
+            for name, obj in fresh.items():
+                if old.get(name) != obj:
+                    self._index.set(informer.kind, name, obj)
         informer.listed = True
         informer.lists += 1
         informer.heard(resource_version)
