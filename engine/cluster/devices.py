@@ -390,32 +390,3 @@ def dra_of(objects: Mapping[str, Iterable[Obj]]) -> dict[str, Any]:
 
 EMPTY_DRA: Mapping[str, Any] = {"classes": {}, "nodes": {}, "claims": {}, "templates": {}}
 
-
-def device_summary(pod: Obj, nodes: Iterable[Obj], node_info: Mapping[str, Any], dra: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What ``kpe explain pod`` shows of DRA: the devices the pod asks of each DeviceClass (its
-    claims', and its requests of the extended resource a class backs, KEP-5004), and per node
-    that has any of them its devices of those classes: total, allocated, free (as
-    ``kube.nodeFreeDevices`` counts them, pods in flight aside). None when the pod asks for none."""
-    from engine.cel.ext.kube import node_devices, node_free_devices, pod_devices
-    from engine.cel.ext.kuberesources import pod_requests, scheduler_units
-
-    asked: dict[str, dict[str, int]] = {}
-    requests = pod_requests(pod, strict=False)
-    for cls, info in sorted((dra.get("classes") or {}).items()):
-        claimed = pod_devices(pod, dra, cls)
-        extended = info.get("extendedResourceName") if isinstance(info, Mapping) else None
-        q = requests.get(extended) if isinstance(extended, str) else None
-        by_resource = scheduler_units(str(extended), q) if q is not None else 0
-        if claimed or by_resource:
-            asked[cls] = {"claims": claimed, "extendedResource": by_resource}
-    if not asked:
-        return None
-    per_node: dict[str, dict[str, dict[str, int]]] = {}
-    for node in nodes:
-        name = str((node.get("metadata") or {}).get("name") or "")
-        for cls in asked:
-            found = node_devices(node, dra, cls)
-            if found["total"]:
-                free = node_free_devices(node, node_info.get(name) or {"pods": []}, dra, cls)
-                per_node.setdefault(name, {})[cls] = {**found, "free": free}
-    return {"pod": asked, "nodes": per_node}

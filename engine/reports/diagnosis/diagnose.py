@@ -17,7 +17,7 @@ rule and scores per node, the admission gates) and adds:
 - per reservation, whether the pod owns it, its slots and its part in the
   decision (``engine.reports.diagnosis.slots``);
 - the devices the pod asks for under Dynamic Resource Allocation, and per node its
-  devices of those classes: total, allocated, free (``engine.cluster.devices.device_summary``);
+  devices of those classes: total, allocated, free (``device_summary``);
 - what kpe's preempt verb really did for the pod, when the caller knows it (kpe's
   decision log, or the PreemptionVetoed Event it posted): the nodes a policy's rule
   kept out of the preemption, with the rule (``preemption_vetoes``).
@@ -39,8 +39,9 @@ from engine.decisions.evaluation import current_time
 from engine.reports.explain import Report, explain
 from engine.reservations.heldroom import Homes, keep_evictions_off
 from engine.cluster.counts import counts_of
-from engine.cluster.devices import device_summary
 from engine.cluster.kubefilters import KubeVerdict
+from engine.cel.ext.kube import node_devices, node_free_devices, pod_devices
+from engine.cel.ext.kuberesources import pod_requests, scheduler_units
 from engine.cluster.nodeinfo import TERMINAL_PHASES, node_info_map, node_name
 from engine.policy.model import PolicySet
 from engine.decisions.preemption import preempt, veto, victim_name, without_victims
@@ -78,7 +79,7 @@ class Diagnosis:
     eviction: dict[str, EvictionVerdict]
     node_order: list[str]
     reservations: list[ReservationPart] = field(default_factory=list)
-    devices: dict[str, Any] | None = None  # engine.cluster.devices.device_summary
+    devices: dict[str, Any] | None = None  # device_summary
 
     def feasible(self) -> list[str]:
         """Nodes both kpe's policies and kube-scheduler's checked filters accept."""
@@ -293,4 +294,31 @@ def diagnose(
     )
 
 
-__all__ = ["Diagnosis", "EvictionVerdict", "PodState", "diagnose", "gate_states", "pod_state", "preemption_verdicts", "preemption_vetoes"]
+def device_summary(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], node_info: Mapping[str, Any], dra: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What ``kpe explain pod`` shows of DRA: the devices the pod asks of each DeviceClass (its
+    claims', and its requests of the extended resource a class backs, KEP-5004), and per node
+    that has any of them its devices of those classes: total, allocated, free (as
+    ``kube.nodeFreeDevices`` counts them, pods in flight aside). None when the pod asks for none."""
+    asked: dict[str, dict[str, int]] = {}
+    requests = pod_requests(pod, strict=False)
+    for cls, info in sorted((dra.get("classes") or {}).items()):
+        claimed = pod_devices(pod, dra, cls)
+        extended = info.get("extendedResourceName") if isinstance(info, Mapping) else None
+        q = requests.get(extended) if isinstance(extended, str) else None
+        by_resource = scheduler_units(str(extended), q) if q is not None else 0
+        if claimed or by_resource:
+            asked[cls] = {"claims": claimed, "extendedResource": by_resource}
+    if not asked:
+        return None
+    per_node: dict[str, dict[str, dict[str, int]]] = {}
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        for cls in asked:
+            found = node_devices(node, dra, cls)
+            if found["total"]:
+                free = node_free_devices(node, node_info.get(name) or {"pods": []}, dra, cls)
+                per_node.setdefault(name, {})[cls] = {**found, "free": free}
+    return {"pod": asked, "nodes": per_node}
+
+
+__all__ = ["Diagnosis", "EvictionVerdict", "PodState", "device_summary", "diagnose", "gate_states", "pod_state", "preemption_verdicts", "preemption_vetoes"]
