@@ -5,7 +5,9 @@ ResourceClaimTemplate. The test plays the resourceclaim controller (there is no
 kube-controller-manager here): it makes each pod's claim from its template and names it in
 the pod's status, as the controller does. A burst of pods never gets more devices than the
 nodes publish, kpe's filter counts the allocated devices, gpu-quota gates a team's pods by
-the GPUs its claims ask for, and ``kpe explain pod`` shows the device counts.
+the GPUs its claims ask for, and ``kpe explain pod`` shows the device counts. Pods asking
+``nvidia.com/gpu`` in their resources get DRA devices of the class that backs the name
+(KEP-5004), through claims kube-scheduler makes, and kpe counts them.
 
 resource.k8s.io/v1 is served from Kubernetes 1.34 (DRA GA, on by default; 1.37 locks its
 feature gates on, DRAExtendedResource included): no flag is needed there. Kubernetes 1.32
@@ -168,6 +170,46 @@ def test_gpu_pods_asking_through_claims_are_placed_quota_gated_and_explained(clu
         for name in nodes:
             api.delete(f"{RESOURCE}/resourceslices/{name}-{CLASS}")
         api.delete(f"{RESOURCE}/deviceclasses/{CLASS}")  # it backs nvidia.com/gpu (KEP-5004): other tests' device-plugin pods must not see it
+
+
+def test_an_extended_resource_request_is_served_by_dra_devices_and_counted_by_kpe(cluster: Cluster, binaries: Binaries) -> None:
+    """KEP-5004 (DRAExtendedResource, GA in 1.37): pods asking nvidia.com/gpu in their resources
+    on a node without it in allocatable get devices of the class that backs the name, through a
+    claim kube-scheduler makes in PreBind; kpe counts them there."""
+    _needs_v1(binaries)
+    ns, api = cluster.namespace, cluster.api
+    node = f"{ns}-dra"
+    cluster.node(node)
+    api.apply(f"{RESOURCE}/deviceclasses", _device_class())
+    api.apply(f"{RESOURCE}/resourceslices", _slice(node))
+    cluster.copy_shipped("gpu-placement.yaml")
+    try:
+        kpe = cluster.start_kpe()
+        cluster.start_scheduler(kpe)
+        names = [f"ext-{i}" for i in range(3)]
+        for name in names:
+            api.pod(ns, name, limits={"nvidia.com/gpu": "1"})
+        wait_until(lambda: len(cluster.bound()) == DEVICES_PER_NODE, 60, "2 of the 3 pods to be bound")
+        [pending] = sorted(set(names) - set(cluster.bound()))
+        wait_until(lambda: _unschedulable(cluster, pending), 30, "kube-scheduler to give up on the third")
+        allocations = _allocations(cluster)
+        for name in cluster.bound():
+            claim = api.get_pod(ns, name)["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+            assert len(allocations[claim]) == 1 and allocations[claim][0][0] == node, allocations
+        assert len({d for a in allocations.values() for d in a}) == DEVICES_PER_NODE
+
+        explained = json.loads(_kpe("explain", "pod", f"{ns}/{pending}", "--server", str(kpe.http.base_url), "--ca-file", str(cluster.ca_file),
+                                    "--output", "json"))
+        verdicts = {n["node"]: (n["verdict"], n["reason"]) for n in explained["nodes"]}
+        assert verdicts[node] == ("fail", f"gpu-placement/enough-free-gpus: node has 0 of {DEVICES_PER_NODE} GPUs free, pod needs 1"), verdicts
+        assert explained["devices"] == {"pod": {CLASS: {"claims": 0, "extendedResource": 1}},
+                                        "nodes": {node: {CLASS: {"total": 2, "allocated": 2, "free": 0}}}}
+        print(f"\n[e2e dra] KEP-5004: nvidia.com/gpu pods bound {sorted(cluster.bound())} through claims kube-scheduler made; {pending} left pending")
+    finally:
+        for claim in api.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims")["items"]:
+            api.delete(f"{RESOURCE}/namespaces/{ns}/resourceclaims/{claim['metadata']['name']}")
+        api.delete(f"{RESOURCE}/resourceslices/{node}-{CLASS}")
+        api.delete(f"{RESOURCE}/deviceclasses/{CLASS}")
 
 
 def test_without_resource_k8s_io_v1_kpe_says_so_and_places_device_plugin_gpus(cluster: Cluster, binaries: Binaries) -> None:
