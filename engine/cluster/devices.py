@@ -1,16 +1,16 @@
 """The cluster's Dynamic Resource Allocation objects as policies see them: ``dra``, the
-value ``kube.podDevices`` and ``kube.nodeDevices`` read (engine/cel/ext/kube.py
-says its layout and what each helper counts).
+value ``kube.podDevices``, ``kube.nodeDevices`` and ``kube.nodeFreeDevices`` read
+(engine/cel/ext/kube.py says its layout and what each helper counts).
 
 kpe keeps four kinds (resource.k8s.io/v1): ResourceSlices (a node's devices, published
 by its DRA driver), ResourceClaims (what a pod asks for, and once allocated which devices
 it got), ResourceClaimTemplates (the claim a pod's template makes, before the claim
 exists) and DeviceClasses (which devices a request of the class may get: CEL selectors
 over each device, and the extended resource name the class backs, KEP-5004). Each is cut
-to what the count needs as it enters (``*_view``): a large cluster has a slice per node
+to what the count needs as it enters (``view``): a large cluster has a slice per node
 and driver and a claim per GPU pod.
 
-``DeviceIndex`` counts, per node and class, the devices the node's slices publish that the
+``DeviceIndex`` counts, per node and class (kept up to date object by object), the devices the node's slices publish that the
 class selects and those allocated to a claim. A device belongs to the node its slice
 names (``spec.nodeName``, or the device's own ``nodeName`` with
 ``perDeviceNodeSelection``); slices for many nodes (``allNodes``, a ``nodeSelector``:
