@@ -314,3 +314,23 @@ def test_dra_kept_event_by_event_is_the_one_built_from_every_object_and_snapshot
         assert index.snapshot() == DeviceIndex.build(state["resourceslices"].values(), state["resourceclaims"].values(), [],
                                                      state["deviceclasses"].values()), f"after {kind} {name}"
     assert index.snapshot()["nodes"] == {NODE: {"test-class": {"total": 4, "allocated": 2}, "test-class-0": {"total": 4, "allocated": 2}}}
+
+
+def test_the_equivalence_cache_remembers_a_dra_rule_until_the_dra_objects_change(tmp_path: Path) -> None:
+    from engine.equivalence.classes import EquivalenceCache
+    from engine.equivalence.filtering import filter_nodes as remembered
+
+    shipped = (ROOT / "policies" / "gpu-placement.yaml").read_text()
+    (tmp_path / "gpu-placement.yaml").write_text(shipped.replace("gpuDeviceClass: gpu.nvidia.com", "gpuDeviceClass: test-class"))
+    policies = load([tmp_path / "gpu-placement.yaml"])
+    nodes = [node(), {"metadata": {"name": "cpu-0"}, "status": {"allocatable": {"cpu": "4"}}}]
+    info = node_info_map(nodes, [])
+    memo = EquivalenceCache()
+    dra = cluster()
+    first = remembered(policies, pod(), nodes, node_info=info, memo=memo, dra=dra)
+    assert (first.passed, first.memo_misses, first.unresolvable) == ([NODE], 2, {"cpu-0": "gpu-placement/gpu-node: node has no GPUs"})
+    again = remembered(policies, pod("p1"), nodes, node_info=info, memo=memo, dra=dra)  # another replica, the same dra
+    assert (again.passed, again.memo_misses) == ([NODE], 0)
+    taken = cluster(allocated_claim("c0", ["basic-device-0", "basic-device-1", "basic-device-2"]))  # a claim allocated: a new dra
+    after = remembered(policies, pod("p2"), nodes, node_info=info, memo=memo, dra=taken)
+    assert after.memo_misses == 2 and after.failed == {NODE: "gpu-placement/enough-free-gpus: node has 1 of 4 GPUs free, pod needs 2"}
