@@ -230,7 +230,10 @@ def test_kpe_explain_pod_shows_the_devices_the_pod_asks_for_and_each_node_s_free
 
 class _Informer:
     def __init__(self, kind: str) -> None:
-        self.kind, self.listed = kind, False
+        self.kind, self.listed, self.lists, self.heard_versions = kind, False, 0, []
+
+    def heard(self, rv: str) -> None:
+        self.heard_versions.append(rv)
 
 
 class _Client:
@@ -334,3 +337,29 @@ def test_the_equivalence_cache_remembers_a_dra_rule_until_the_dra_objects_change
     taken = cluster(allocated_claim("c0", ["basic-device-0", "basic-device-1", "basic-device-2"]))  # a claim allocated: a new dra
     after = remembered(policies, pod("p2"), nodes, node_info=info, memo=memo, dra=taken)
     assert after.memo_misses == 2 and after.failed == {NODE: "gpu-placement/enough-free-gpus: node has 1 of 4 GPUs free, pod needs 2"}
+
+
+def test_the_server_keeps_dra_from_lists_and_watch_events_and_hands_out_one_object_until_a_change() -> None:
+    devices = Devices(_Client(404), lambda kind, path, sink: _Informer(kind))  # type: ignore[arg-type,return-value]
+    devices.served = True
+    informers: dict[str, Any] = devices.informers
+    claim = allocated_claim("c0", ["basic-device-0"])
+    claim["metadata"]["managedFields"] = [{"manager": "kube-scheduler"}]
+    listed = {"deviceclasses": [fixture("deviceclass.yaml")], "resourceslices": [slice_()], "resourceclaims": [claim],
+              "resourceclaimtemplates": [claim_template()]}
+    for kind in ("deviceclasses", "resourceslices", "resourceclaims"):
+        devices.replace(informers[kind], [devices.enter(kind, o) for o in listed[kind]], "10", refresh=False)
+        assert devices.view() is EMPTY_DRA  # not every kind listed yet
+    devices.replace(informers["resourceclaimtemplates"], [devices.enter("resourceclaimtemplates", o) for o in listed["resourceclaimtemplates"]], "10", refresh=False)
+    first = devices.view()
+    assert devices.ready.is_set() and first is devices.view()
+    assert first["nodes"] == {NODE: {"test-class": {"total": 4, "allocated": 1}}}
+    assert "managedFields" not in devices.objects["resourceclaims"]["ml/c0"]["metadata"]
+    more = allocated_claim("c1", ["basic-device-3"])
+    more["metadata"]["resourceVersion"] = "11"
+    devices.apply(informers["resourceclaims"], {"type": "ADDED", "object": more})
+    second = devices.view()
+    assert second is not first and second["nodes"][NODE]["test-class"] == {"total": 4, "allocated": 2}
+    assert first["nodes"][NODE]["test-class"] == {"total": 4, "allocated": 1}  # what a running evaluation holds stays
+    devices.apply(informers["resourceslices"], {"type": "DELETED", "object": slice_()})
+    assert devices.view()["nodes"] == {} and informers["resourceslices"].heard_versions[-1] == ""
