@@ -120,6 +120,10 @@ class ServerState:
     def counts(self) -> Any:
         """``counts`` from the cache (None without one: every call is then an evaluation error)."""
         return self.cache.counts if self.cache is not None else None
+    def dra(self) -> Mapping[str, Any] | None:
+        """The cluster's DRA objects (``dra``; engine.cluster.devices), None without a cache."""
+        return self.cache.devices.view() if self.cache is not None else None
+
     def namespaces(self) -> Mapping[str, Any] | None:
         """The cluster's namespaces by name (``namespaceObject``), None until watched and listed."""
         return self.cache.namespaces.view() if self.cache is not None else None

@@ -57,7 +57,7 @@ def test_match_says_it_cannot_read_variables_which_are_evaluated_after_it(tmp_pa
     assert check(tmp_path, body) == (
         1,
         "p.yaml:6:17: error[KPE305] gpus: spec.match.expression: 'variables' is not available in match expression "
-        "(it can read: pod, namespaceObject, params, now)\n"
+        "(it can read: pod, namespaceObject, params, now, dra)\n"
         "\n"
         "1 error found.\n",
     )
@@ -69,7 +69,7 @@ def test_every_error_of_one_expression_is_reported_unknown_names_and_functions_i
     assert code == 1
     assert out == (
         "p.yaml:7:18: error[KPE301] gpus: spec.filters[0].expression: undeclared reference to 'nodee'; did you mean 'node'? "
-        "(this expression can read: node, nodeInfo, pod, namespaceObject, params, now, counts, variables)\n"
+        "(this expression can read: node, nodeInfo, pod, namespaceObject, params, now, dra, counts, variables)\n"
         f"    {expression}\n"
         "    ^\n"
         "p.yaml:7:56: error[KPE307] gpus: spec.filters[0].expression: pod.spec (PodSpec) has no field 'prioritty'; did you mean 'priority'?\n"

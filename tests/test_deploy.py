@@ -36,6 +36,8 @@ CLUSTER_RULES = {
     ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
     ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
     ("", "namespaces", "list"), ("", "namespaces", "watch"),
+    *((("resource.k8s.io", kind, verb) for kind in ("resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses")
+       for verb in ("list", "watch"))),
     ("", "events", "create"), ("events.k8s.io", "events", "create"),
 }  # fmt: skip
 LEASE_RULES = {("coordination.k8s.io", "leases", "get"), ("coordination.k8s.io", "leases", "create"), ("coordination.k8s.io", "leases", "update")}

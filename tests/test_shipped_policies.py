@@ -80,7 +80,9 @@ def test_the_shipped_set_uses_every_decision_kind(shipped: PolicySet) -> None:
         "params": any(p.params for p in ps),
         "match namespaces": any(p.match.namespaces for p in ps),
         "match podSelector": any(p.match.selector for p in ps),
-        "match resources": any(p.match.resources for p in ps),
+        # match.resources is not among them: a GPU pod under DRA names no resource, so the GPU
+        # policies match by kube.podRequests and kube.podDevices instead (docs/guides/dra.md).
+        "dra": any("dra" in v.expression.program.free_variables for p in ps for v in p.variables),
         "match expression": any(p.match.expression for p in ps),
         "Audit mode": any(not p.enforce for p in ps),
         "failurePolicy Ignore": any(not p.fail_closed for p in ps),

@@ -114,14 +114,14 @@ def admit(
     pods: Sequence[Mapping[str, Any]] = (),
     admitted: Sequence[Mapping[str, Any]] | None = None,
     now: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> AdmissionResult:
     """Evaluate every matching admission rule for ``pod`` against a cluster view.
     ``admitted`` defaults to the admitted ones among ``pods``; the gate controller
     passes its own, which also holds the pods it released since the cache last heard."""
     result = AdmissionResult(policy_set.generation)
     fixed = request_inputs(
-        pod, now, namespaces=namespaces, nodes=list(nodes), pods=list(pods), admitted=list(admitted) if admitted is not None else admitted_pods(pods)
+        pod, now, namespaces=namespaces, dra=dra, nodes=list(nodes), pods=list(pods), admitted=list(admitted) if admitted is not None else admitted_pods(pods)
     )
     for scope in matching_scopes(policy_set, pod, fixed):
         admission = scope.policy.admission

@@ -13,10 +13,11 @@ from typing import Any
 from engine import cel
 from engine.cel.types.counts import NO_COUNTS
 from engine.cel.interpreter.runtime import Unbound
+from engine.cluster.devices import EMPTY_DRA
 from engine.policy.model import Expression, Policy, PolicySet
 
 # Names fixed for a whole request (one pod), as opposed to per node or victim.
-POD_LEVEL = frozenset(("pod", "namespaceObject", "params", "now", "nodes", "pods", "admitted", "counts"))
+POD_LEVEL = frozenset(("pod", "namespaceObject", "params", "now", "nodes", "pods", "admitted", "counts", "dra"))
 
 
 def current_time() -> Any:
@@ -27,11 +28,14 @@ def current_time() -> Any:
     return Timestamp(ns // 1_000_000_000, ns % 1_000_000_000)
 
 
-def request_inputs(pod: Mapping[str, Any], now: Any, *, namespaces: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def request_inputs(pod: Mapping[str, Any], now: Any, *, namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
+                   **extra: Any) -> dict[str, Any]:
     """The pod-level inputs of one request; ``now`` defaults to the wall clock. ``namespaces``
     (Namespace objects by name, from kpe's cache or a test's fixtures) gives ``namespaceObject``,
-    null when the pod's namespace is not among them, as in ValidatingAdmissionPolicy."""
-    return {"pod": pod, "namespaceObject": namespace_object(pod, namespaces), "now": now if now is not None else current_time(), **extra}
+    null when the pod's namespace is not among them, as in ValidatingAdmissionPolicy. ``dra``: the
+    cluster's Dynamic Resource Allocation objects (engine/cluster/devices.py; none known: empty)."""
+    return {"pod": pod, "namespaceObject": namespace_object(pod, namespaces), "now": now if now is not None else current_time(),
+            "dra": dra if dra is not None else EMPTY_DRA, **extra}
 
 
 def namespace_object(pod: Mapping[str, Any], namespaces: Mapping[str, Any] | None) -> Any:

@@ -87,7 +87,7 @@ class FilterRequest:
     @classmethod
     def of(
         cls, policy_set: PolicySet, pod: Mapping[str, Any], *, now: Any = None, explain: bool = False, match_memo: MatchMemo | None = None,
-        counts: Any = None, namespaces: Mapping[str, Any] | None = None,
+        counts: Any = None, namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
     ) -> FilterRequest:
         """Match the pod's policies and order their filter rules. ``match_memo`` remembers
         match outcomes for equivalent pods (``engine.decisions.evaluation.matching_scopes``);
@@ -95,7 +95,7 @@ class FilterRequest:
         result = FilterResult(generation=policy_set.generation, explanation=[] if explain else None)
         match_log: list[Outcome] | None = [] if explain else None
         extra = {} if counts is None else {"counts": counts}
-        inputs = request_inputs(pod, now, namespaces=namespaces, **extra)
+        inputs = request_inputs(pod, now, namespaces=namespaces, dra=dra, **extra)
         scopes = matching_scopes(policy_set, pod, inputs, explain=match_log, memo=match_memo)
         result.matched = [s.policy.name for s in scopes]
         result.match_outcomes = match_log or []
@@ -136,7 +136,7 @@ def filter_nodes(
     explain: bool = False,
     deadline: Deadline | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> FilterResult:
     """Split ``nodes`` into passing, failed and unresolvable for ``pod``.
 
@@ -144,7 +144,7 @@ def filter_nodes(
     policy's failurePolicy (see ``engine.decisions.deadline``). ``nodes`` given by
     name (``NodesByName``) are resolved first; names not known are listed in the
     result's ``unknown``."""
-    request = FilterRequest.of(policy_set, pod, now=now, explain=explain, counts=counts, namespaces=namespaces)
+    request = FilterRequest.of(policy_set, pod, now=now, explain=explain, counts=counts, namespaces=namespaces, dra=dra)
     if isinstance(nodes, NodesByName):
         nodes, request.result.unknown = nodes.resolve()
     return request.evaluate(nodes, node_info, deadline)

@@ -80,7 +80,7 @@ def preempt(
     now: Any = None,
     deadline: Deadline | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
     in_flight: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> PreemptionResult:
     """Keep the candidate nodes (and their victims) that every policy allows. Past
@@ -90,7 +90,7 @@ def preempt(
     priority), counted after the evictions as the filter counts them."""
     result = PreemptionResult(policy_set.generation)
     extra = {} if counts is None else {"counts": counts}
-    inputs = request_inputs(pod, now, namespaces=namespaces, **extra)
+    inputs = request_inputs(pod, now, namespaces=namespaces, dra=dra, **extra)
     matching = matching_scopes(policy_set, pod, inputs)
     scopes = [s for s in matching if s.policy.preemption]
     reservations = policy_set.reservations
@@ -99,7 +99,7 @@ def preempt(
     # an owner takes: the filters re-run after the evictions are everything else's.
     refiltered = _filters_after_evictions(
         policy_set.without_reservations, pod, candidates, [s for s in matching if s.policy.reservation is None], result,
-        nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline, counts=counts, namespaces=namespaces,
+        nodes=nodes or {}, node_info=node_info, now=inputs["now"], deadline=deadline, counts=counts, namespaces=namespaces, dra=dra,
         in_flight=in_flight,
     )
     closed = [s for s in matching if s.policy.enforce and s.policy.fail_closed and (s.policy.filters or s.policy.preemption)]
@@ -199,7 +199,7 @@ def _filters_after_evictions(
     now: Any,
     deadline: Deadline | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
     in_flight: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, str]:
     """The candidate nodes the filters still reject once the victims are gone,
@@ -233,12 +233,12 @@ def _filters_after_evictions(
         return rejected
     if counts is None or not any(reads_counts(s.policy) for s in matching):
         verdicts = [filter_nodes(policy_set, pod, known, node_info=after if node_info is not None else None, now=now, deadline=deadline,
-                                 counts=counts, namespaces=namespaces)]
+                                 counts=counts, namespaces=namespaces, dra=dra)]
     else:
         # Counts across nodes differ per candidate: each is judged with its own victims gone.
         verdicts = [
             filter_nodes(policy_set, pod, [node], node_info=after if node_info is not None else None, now=now, deadline=deadline,
-                         counts=without_counted(counts, candidates[node_name(node)], node_name(node)), namespaces=namespaces)
+                         counts=without_counted(counts, candidates[node_name(node)], node_name(node)), namespaces=namespaces, dra=dra)
             for node in known
         ]
     for verdict in verdicts:

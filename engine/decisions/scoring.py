@@ -265,11 +265,11 @@ class ScoreRequest:
     @classmethod
     def of(
         cls, policy_set: PolicySet, pod: Mapping[str, Any], *, now: Any = None, explain: bool = False, match_memo: MatchMemo | None = None,
-        counts: Any = None, namespaces: Mapping[str, Any] | None = None,
+        counts: Any = None, namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
     ) -> ScoreRequest:
         result = ScoreResult(generation=policy_set.generation, explanation=[] if explain else None)
         extra = {} if counts is None else {"counts": counts}  # counts: as FilterRequest.of
-        inputs = request_inputs(pod, now, namespaces=namespaces, **extra)
+        inputs = request_inputs(pod, now, namespaces=namespaces, dra=dra, **extra)
         scopes = matching_scopes(policy_set, pod, inputs, memo=match_memo)
         result.matched = [s.policy.name for s in scopes]
         rules: Rules = []
@@ -341,11 +341,11 @@ def score_nodes(
     explain: bool = False,
     deadline: Deadline | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> ScoreResult:
     """Score ``nodes`` for ``pod``. ``nodes`` given by name (``NodesByName``) are resolved
     first; names not known are left out and listed in the result's ``unknown``."""
-    request = ScoreRequest.of(policy_set, pod, now=now, explain=explain, counts=counts, namespaces=namespaces)
+    request = ScoreRequest.of(policy_set, pod, now=now, explain=explain, counts=counts, namespaces=namespaces, dra=dra)
     if isinstance(nodes, NodesByName):
         nodes, request.result.unknown = nodes.resolve()
     return request.evaluate(nodes, node_info, deadline)

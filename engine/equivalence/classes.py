@@ -151,7 +151,8 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "encoder", "unencoded", "info_blind", "cost", "per_request", "clock")
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "encoder", "unencoded", "info_blind", "cost", "per_request", "clock",
+                 "pinned")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -171,6 +172,7 @@ class ClassMemo:
         # until one has, the verbs skip looking for them.
         self.eventful = False
         self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each
+        self.pinned: Any = None  # the dra object of the class key (EquivalenceCache.table)
         # The score verb's answer-entry encoder whose prefixes the class remembers (the first it
         # met), and whether a score was remembered without its prefix (before it met one).
         self.encoder: Any = None
@@ -465,11 +467,17 @@ class EquivalenceCache:
             if seen is None:
                 return None
             fingerprint += seen
+        dra = scopes[0].fixed.get("dra") if any(self.reads(s.policy).reads_dra for s in scopes) else None
+        if dra is not None:
+            # The DRA objects changed (a new object): another class. The table keeps the object,
+            # so its id is not reused while the key holds it.
+            fingerprint += b"\0dra" + id(dra).to_bytes(8, "little")
         key = (verb, digests, fingerprint)
         table = self._tables.get(key)
         if table is None:
             blind = not any(self.reads(s.policy).reads_node_info(verb) for s in scopes)
             table = self._tables[key] = ClassMemo(info_blind=blind, clock=self.clock)
+            table.pinned = dra
             while len(self._tables) > 2 * self.classes:  # a filter and a score table per class
                 self._tables.popitem(last=False)
         else:

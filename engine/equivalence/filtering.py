@@ -49,7 +49,7 @@ def filter_nodes(
     names: list[str] | None = None,
     inline_s: float | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> FilterResult:
     """``engine.decisions.filtering.filter_nodes`` with the equivalence cache.
 
@@ -66,7 +66,7 @@ def filter_nodes(
     node's change) are resolved only where a result is not remembered; names not
     known are listed in the result's ``unknown``."""
     request = FilterRequest.of(policy_set, pod, now=now, explain=explain, match_memo=memo.match if memo is not None else None, counts=counts,
-                               namespaces=namespaces)
+                               namespaces=namespaces, dra=dra)
     result, scopes, ordered = request.result, request.scopes, request.ordered
     table = None if explain or memo is None else memo.table(generation=policy_set.generation, verb="filter", scopes=scopes, pod=pod)
     if isinstance(nodes, NodesByName) and (table is None or not isinstance(node_info, TrackedNodeInfo)):

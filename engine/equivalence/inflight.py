@@ -110,7 +110,7 @@ def count_in_flight(
     now: Any = None,
     deadline: Deadline | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> int:
     """Fail the nodes ``result`` passed where the filters reject ``pod`` once the pods in
     flight there (``on``, from ``pods_in_flight``) are counted; how many it failed. Changes
@@ -128,7 +128,7 @@ def count_in_flight(
             info[name] = with_pods(view, pods, requests=requests)
         else:
             info[name] = {"pods": [*view["pods"], *pods], "podCount": view["podCount"] + len(pods), "requested": view["requested"]}
-    again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline, counts=counts, namespaces=namespaces)
+    again = filter_nodes(counting.policies, pod, objects, node_info=info, now=now, deadline=deadline, counts=counts, namespaces=namespaces, dra=dra)
     return _fail_rejected(result, again, lambda name: counted_note(on[name], name))
 
 
@@ -159,7 +159,7 @@ def count_across(
     node_info: Mapping[str, Any] | None,
     now: Any = None,
     deadline: Deadline | None = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> int:
     """Fail the nodes ``result`` passed where the matching policies that read ``counts`` reject
     ``pod`` with the pods in flight counted (``counts``, from ``in_flight_counts``); how many
@@ -169,7 +169,7 @@ def count_across(
         return 0
     objects = _nodes_named(nodes, dict.fromkeys(result.passed))
     again = filter_nodes(policy_set.subset(policies), pod, objects, node_info=node_info, now=now, deadline=deadline, counts=counts,
-                         namespaces=namespaces)
+                         namespaces=namespaces, dra=dra)
     return _fail_rejected(result, again, lambda _: "counting the pods kube-scheduler may have placed and kpe has not yet seen bound")
 
 

@@ -20,6 +20,11 @@ Path = tuple[str, ...]
 # and pods counted across nodes (a pod bound on one node changes the count of every other
 # node in its zone), so rules reading them are evaluated anew, never remembered.
 PER_REQUEST = frozenset(("now", "counts"))
+# The cluster's DRA objects: a claim allocated anywhere changes what is free on its node, and no
+# nodeInfo is replaced for it. The same ``dra`` object is handed out until something changes
+# (engine.cluster.devices.DeviceIndex.snapshot), so for a policy that reads it the object is
+# part of the class key (``EquivalenceCache.table``): results are remembered until it changes.
+DRA = "dra"
 
 
 def policy_digest(policy: Policy) -> bytes:
@@ -46,6 +51,7 @@ class PolicyReads:
         self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root))
         # What they read of the pod's Namespace: pods of namespaces that differ there are not equivalent.
         self.namespace_paths: frozenset[Path] = frozenset(p for e in expressions for p in object_paths(e.root, "namespaceObject"))
+        self.reads_dra = any(DRA in e.program.free_variables for e in expressions)
         # The compiler flags filter rules that read nodeInfo; their messages and the scores are looked at here.
         self._node_info = {
             "filter": any(rule.reads_node_info or (rule.message_expression is not None and _reads_node_info(policy, rule.message_expression)) for rule in policy.filters),
@@ -57,7 +63,7 @@ class PolicyReads:
         # What a match expression's outcome is remembered by (None: it reads now, so never).
         self.match_paths: tuple[Path, ...] | None = None
         self.match_namespace_paths: tuple[Path, ...] = ()
-        if match is not None and not self.timed(match):
+        if match is not None and not self.timed(match) and DRA not in match.program.free_variables:
             self.match_namespace_paths = tuple(sorted(self.namespace_paths | frozenset(object_paths(match.root, "namespaceObject"))))
             self.match_paths = tuple(sorted(self.pod_paths | frozenset(pod_paths(match.root))))
 

@@ -59,7 +59,7 @@ def score_nodes(
     inline_s: float | None = None,
     encode: Entries | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> ScoreResult:
     """``engine.decisions.scoring.score_nodes`` with the equivalence cache. With ``memo`` (and no score rule reading ``now``),
     a node's score is reused for pods of the same equivalence class while the node
@@ -72,7 +72,7 @@ def score_nodes(
     score): an answer assembled without encoding on a hit. ``nodes`` given by
     name: as for ``filter_nodes`` (unknown names are left out and listed in ``unknown``)."""
     request = ScoreRequest.of(policy_set, pod, now=now, explain=explain, match_memo=memo.match if memo is not None else None, counts=counts,
-                              namespaces=namespaces)
+                              namespaces=namespaces, dra=dra)
     result, rules, counts = request.result, request.rules, request.counts
     table = None
     if memo is not None and not explain and not any(memo.reads(scope.policy).timed(rule.expression) for scope, rule in rules):

@@ -15,7 +15,7 @@ from engine.policy.selectors import LabelSelector
 
 # What each kind of expression may read. Variables that read `node` or
 # `nodeInfo` are node-scoped; every other variable is pod-scoped.
-POD_SCOPE = ("pod", "namespaceObject", "params", "now")
+POD_SCOPE = ("pod", "namespaceObject", "params", "now", "dra")
 NODE_SCOPE = ("node", "nodeInfo")
 # Pods counted across nodes (engine/cel/types/counts.py): fixed for a request, read beside the node.
 COUNTS = ("counts",)

@@ -22,8 +22,9 @@ pod's findings go when the pod does. Enforce policies are not evaluated: they de
 Most pods of a pass are bound and nothing about them changed since the last one, so a bound
 pod's findings are remembered (``FindingsMemo``) while the set, the pod's node, the node's
 ``nodeInfo`` (a view kpe's cache replaces, never changes) and its Namespace are the same
-objects, for at most ``max_age_s`` (rules that read ``now``); never for a set whose Audit
-policies read ``counts``, which change with pods on other nodes.
+objects, and so is the cluster's ``dra`` (replaced whenever a DRA object changes), for at
+most ``max_age_s`` (rules that read ``now``); never for a set whose Audit policies read
+``counts``, which change with pods on other nodes.
 """
 
 from __future__ import annotations
@@ -107,13 +108,14 @@ def audit_findings(
     node_info: Mapping[str, Any] | None = None,
     counts: Any = None,
     namespaces: Mapping[str, Any] | None = None,
+    dra: Mapping[str, Any] | None = None,
     now: Any = None,
     cluster_pods: Sequence[Mapping[str, Any]] = (),
     memo: FindingsMemo | None = None,
 ) -> list[Finding]:
     """Every finding of the set's Audit policies over ``pods``, sorted. ``nodes`` are the
     cluster's, ``node_info`` and ``counts`` what kpe's cache keeps, ``cluster_pods`` what
-    admission expressions read as ``pods``; ``now`` is the CEL timestamp to evaluate at;
+    admission expressions read as ``pods``, ``dra`` the cluster's DRA objects; ``now`` is the CEL timestamp to evaluate at;
     ``memo`` keeps bound pods' findings for the next call."""
     audit = audit_only(policy_set)
     if audit is None:
@@ -137,18 +139,18 @@ def audit_findings(
             if node is None:
                 continue
             if memo is None or not where[2]:
-                findings += _on_its_node(audit, pod, node, node_info, counts, namespaces, now, where)
+                findings += _on_its_node(audit, pod, node, node_info, counts, namespaces, dra, now, where)
                 continue
-            depends = (policy_set, node, node_info.get(bound) if node_info is not None else None, namespace_object(pod, namespaces))
+            depends = (policy_set, node, node_info.get(bound) if node_info is not None else None, namespace_object(pod, namespaces), dra)
             found = memo.get(where[2], depends)
             if found is None:
-                found = _on_its_node(audit, pod, node, node_info, counts, namespaces, now, where)
+                found = _on_its_node(audit, pod, node, node_info, counts, namespaces, dra, now, where)
                 memo.put(where[2], depends, found)
             remembered.add(where[2])
             findings += found
         else:
-            findings += _anywhere(audit, pod, nodes, node_info, counts, namespaces, now, where)
-            findings += _held(audit, pod, nodes, cluster_pods, namespaces, now, where)
+            findings += _anywhere(audit, pod, nodes, node_info, counts, namespaces, dra, now, where)
+            findings += _held(audit, pod, nodes, cluster_pods, namespaces, dra, now, where)
     if memo is not None:
         memo.keep_only(remembered)
     return sorted(findings)
@@ -161,12 +163,12 @@ def _finding(where: tuple[str, str, str], event: RuleEvent, *, category: str, re
 
 def _on_its_node(
     audit: PolicySet, pod: Mapping[str, Any], node: Mapping[str, Any], node_info: Mapping[str, Any] | None, counts: Any,
-    namespaces: Mapping[str, Any] | None, now: Any, where: tuple[str, str, str],
+    namespaces: Mapping[str, Any] | None, dra: Mapping[str, Any] | None, now: Any, where: tuple[str, str, str],
 ) -> list[Finding]:
     name = node_name(node)
     before = {name: without_victims(node_info.get(name), [pod])} if node_info is not None else None
     result = filter_nodes(audit, pod, [node], node_info=before, counts=without_counted(counts, [pod], name) if counts is not None else None,
-                          namespaces=namespaces, now=now)
+                          namespaces=namespaces, dra=dra, now=now)
     errors = {(e.policy, e.rule) for e in result.errors}
     return [
         _finding(where, e, category=FILTER, result=ERROR if (e.policy, e.rule) in errors else FAIL, node=name,
@@ -177,14 +179,14 @@ def _on_its_node(
 
 def _anywhere(
     audit: PolicySet, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], node_info: Mapping[str, Any] | None, counts: Any,
-    namespaces: Mapping[str, Any] | None, now: Any, where: tuple[str, str, str],
+    namespaces: Mapping[str, Any] | None, dra: Mapping[str, Any] | None, now: Any, where: tuple[str, str, str],
 ) -> list[Finding]:
     """The filter rules that reject every node, each stopping at the first node it keeps:
     a pending pod costs one evaluation per rule in the usual case, not one per node."""
     if not nodes:
         return []
     extra = {} if counts is None else {"counts": counts}
-    scopes = matching_scopes(audit, pod, request_inputs(pod, now, namespaces=namespaces, **extra))
+    scopes = matching_scopes(audit, pod, request_inputs(pod, now, namespaces=namespaces, dra=dra, **extra))
     info_get = node_info.get if node_info is not None else None
     findings: list[Finding] = []
     for scope in scopes:
@@ -212,11 +214,11 @@ def _anywhere(
 
 def _held(
     audit: PolicySet, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], cluster_pods: Sequence[Mapping[str, Any]],
-    namespaces: Mapping[str, Any] | None, now: Any, where: tuple[str, str, str],
+    namespaces: Mapping[str, Any] | None, dra: Mapping[str, Any] | None, now: Any, where: tuple[str, str, str],
 ) -> list[Finding]:
     if not any(p.admission is not None for p in audit.policies):
         return []
-    result = admit(audit, pod, nodes=nodes, pods=[p for p in cluster_pods if pod_key(p) != pod_key(pod)], namespaces=namespaces, now=now)
+    result = admit(audit, pod, nodes=nodes, pods=[p for p in cluster_pods if pod_key(p) != pod_key(pod)], namespaces=namespaces, dra=dra, now=now)
     return [
         _finding(where, RuleEvent(d.policy, "admission", "", d.message), category=ADMISSION, result=ERROR if d.error is not None else FAIL,
                  message=f"would hold the pod at its gate {d.gate}: {d.message}")

@@ -78,7 +78,7 @@ def explain(
     now: Any = None,
     homes: Homes | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> Report:
     """Evaluate every decision for ``pod`` with explanations switched on. ``homes``: where
     the reservations' slots are (``engine.reservations.slots``), so non-owners are kept out of reserved
@@ -88,17 +88,17 @@ counted over ``nodes`` and ``cluster_pods``). ``namespaces``: Namespace objects 
     now = now if now is not None else current_time()
     info = node_info if node_info is not None else node_info_map(nodes, cluster_pods)
     counts = counts_of(policy_set.counts, nodes, cluster_pods) if counts is None else counts
-    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts, namespaces=namespaces)
+    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts, namespaces=namespaces, dra=dra)
     if homes:
         keep_off(filtered, pod, nodes, info, homes, reservations={r.name for r in policy_set.reservations})
-    scored = score_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts, namespaces=namespaces)  # every node's rules, for the table
+    scored = score_nodes(policy_set, pod, nodes, node_info=info, now=now, explain=True, counts=counts, namespaces=namespaces, dra=dra)  # every node's rules, for the table
     passing = set(filtered.passed)
     final = (
-        score_nodes(policy_set, pod, [n for n in nodes if node_name(n) in passing], node_info=info, now=now, counts=counts, namespaces=namespaces).scores
+        score_nodes(policy_set, pod, [n for n in nodes if node_name(n) in passing], node_info=info, now=now, counts=counts, namespaces=namespaces, dra=dra).scores
         if passing
         else {}
     )
-    admission = admit(policy_set, pod, nodes=nodes, pods=cluster_pods, now=now, namespaces=namespaces)
+    admission = admit(policy_set, pod, nodes=nodes, pods=cluster_pods, now=now, namespaces=namespaces, dra=dra)
     meta = pod.get("metadata") or {}
     return Report(
         generation=policy_set.generation,

@@ -41,6 +41,7 @@ from engine.errors import PolicyError, PolicyLoadError
 from engine.decisions.filtering import filter_nodes
 from engine.policy.loader import SUFFIXES, load
 from engine.cluster.nodeinfo import node_info_map, node_name
+from engine.cluster.devices import dra_of
 from engine.cluster.projection import namespaces_by_name
 from engine.cluster.workloads import WorkloadError, pod_for
 from engine.policy.model import PolicySet
@@ -83,6 +84,11 @@ class CaseResult:
         head = f"{'PASS' if self.passed else 'ERROR' if self.error else 'FAIL'} {self.file}: {self.test}: {self.case or '(file)'}"
         details = [self.error] if self.error else [str(m) for m in self.failures]
         return "\n".join([head, *("    " + line for d in details for line in d.split("\n"))])
+
+
+# Dynamic Resource Allocation objects a test may give (engine.cluster.devices), by kind: its field.
+DRA_FIXTURES = {"resourceslices": "resourceSlices", "resourceclaims": "resourceClaims",
+                "resourceclaimtemplates": "resourceClaimTemplates", "deviceclasses": "deviceClasses"}
 
 
 class PolicyTestError(Exception):
@@ -280,6 +286,14 @@ class _Case:
             found[(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))] = {str(k): str(v) for k, v in data.items()}
         return found
 
+    def dra(self) -> dict[str, Any]:
+        """``dra`` from the case's DRA objects (each kind's fixtures by default)."""
+        objects = {}
+        for kind, field in DRA_FIXTURES.items():
+            raw = self.case[field] if field in self.case else list(self.fixtures.get(field) or {})
+            objects[kind] = [self.ref(r, field, (field, i)) for i, r in enumerate(raw)]
+        return dra_of(objects)
+
     def run(self, policy_set: PolicySet) -> list[Mismatch]:
         case = self.case
         pod = self.ref(case["pod"], "pods", ("pod",))
@@ -295,11 +309,12 @@ class _Case:
             raise self.fail(("now",) if "now" in case else ("spec", "now"), exc.message, absolute="now" not in case) from None
         info = node_info_map(nodes, cluster)
         counts = counts_of(policy_set.counts, nodes, cluster)
+        dra = self.dra()
         expect: dict[str, Any] = case["expect"]
         out: list[Mismatch] = []
 
         if "matched" in expect or "filter" in expect:
-            result = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts, namespaces=namespaces)
+            result = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts, namespaces=namespaces, dra=dra)
             if "matched" in expect:
                 _same_set(out, "matched", expect["matched"], result.matched)
             verdicts = {name: "passed" for name in result.passed}
@@ -318,7 +333,7 @@ class _Case:
                 _reasons(out, "filter.audit", want["audit"], audit, lambda n: "no audit rejection")
 
         if "score" in expect:
-            scores = score_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts, namespaces=namespaces).scores
+            scores = score_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts, namespaces=namespaces, dra=dra).scores
             want = expect["score"]
             for n, value in (want.get("values") or {}).items():
                 if scores.get(n) != value:
@@ -329,7 +344,7 @@ class _Case:
                 out.append(Mismatch("score.order", order, actual_order))
 
         if "admission" in expect:
-            decision = admit(policy_set, pod, nodes=nodes, pods=cluster, now=now, namespaces=namespaces)
+            decision = admit(policy_set, pod, nodes=nodes, pods=cluster, now=now, namespaces=namespaces, dra=dra)
             want = expect["admission"]
             if "admitted" in want and want["admitted"] != decision.admitted:
                 out.append(Mismatch("admission.admitted", want["admitted"], decision.admitted))
@@ -352,7 +367,7 @@ class _Case:
                 n: [self.ref(v, "pods", ("expect", "preemption", "victims", n, i), by_name) for i, v in enumerate(victims)]
                 for n, victims in want["victims"].items()
             }
-            result_p = preempt(policy_set, pod, proposed, nodes={node_name(n): n for n in nodes}, node_info=info, now=now, counts=counts, namespaces=namespaces)
+            result_p = preempt(policy_set, pod, proposed, nodes={node_name(n): n for n in nodes}, node_info=info, now=now, counts=counts, namespaces=namespaces, dra=dra)
             if "candidates" in want:
                 _same_set(out, "preemption.candidates", want["candidates"], list(result_p.candidates))
             rejected = want.get("rejected")

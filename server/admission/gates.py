@@ -71,7 +71,7 @@ class GateController:
         present = [g for g in gate_names(pod) if g in kpe_gates(pod)]
         if not present:
             return [], {}
-        decisions = {d.gate: d for d in admit(policy_set, pod, nodes=view.nodes, pods=view.pods, admitted=view.admitted, namespaces=self.state.namespaces()).decisions if not d.audit}
+        decisions = {d.gate: d for d in admit(policy_set, pod, nodes=view.nodes, pods=view.pods, admitted=view.admitted, namespaces=self.state.namespaces(), dra=self.state.dra()).decisions if not d.audit}
         lift, keep = [], {}
         for gate in present:
             decision = decisions.get(gate)

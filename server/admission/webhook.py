@@ -65,12 +65,13 @@ def gate_patch(pod: dict[str, Any], gates: list[str]) -> list[dict[str, Any]]:
     return patch
 
 
-def scheduling_policies(policy_set: PolicySet, pod: Mapping[str, Any], namespaces: Mapping[str, Any] | None = None) -> list[str]:
+def scheduling_policies(policy_set: PolicySet, pod: Mapping[str, Any], namespaces: Mapping[str, Any] | None = None,
+                        dra: Mapping[str, Any] | None = None) -> list[str]:
     """The matching policies kube-scheduler asks kpe about (filters, scores, preemption, a
     reservation's): admission-only ones apply whichever scheduler places the pod."""
     return [
         scope.policy.name
-        for scope in matching_scopes(policy_set, pod, request_inputs(pod, None, namespaces=namespaces))
+        for scope in matching_scopes(policy_set, pod, request_inputs(pod, None, namespaces=namespaces, dra=dra))
         if scope.policy.filters or scope.policy.scores or scope.policy.preemption is not None or scope.policy.reservation is not None
     ]
 
@@ -147,9 +148,9 @@ async def _review(request: Request, state: ServerState) -> Response:
         policy_set = state.store.current
         nodes = state.cache.nodes() if state.cache is not None else []
         pods = state.cache.pods() if state.cache is not None else []
-        namespaces = state.namespaces()
-        result = await state.admission_worker.run(lambda: admit(policy_set, pod, nodes=nodes, pods=pods, namespaces=namespaces))
-        routed = await state.admission_worker.run(scheduling_policies, policy_set, pod, namespaces) if state.settings.scheduler_name else []
+        namespaces, dra = state.namespaces(), state.dra()
+        result = await state.admission_worker.run(lambda: admit(policy_set, pod, nodes=nodes, pods=pods, namespaces=namespaces, dra=dra))
+        routed = await state.admission_worker.run(scheduling_policies, policy_set, pod, namespaces, dra) if state.settings.scheduler_name else []
     except Exception as exc:  # noqa: BLE001 - kpe's own failure: the documented setting decides
         log.exception("admission webhook failed")
         state.metrics.admission_reviews.labels("failed").inc()

@@ -5,7 +5,9 @@ Two sources, one report (``engine.reports.diagnosis.diagnose``, printed by ``eng
 - the cluster itself (``--kubeconfig`` or in-cluster credentials): the pod, every
   node and every pod are read from the API server and decided with the policies
   given with ``--policies`` (default: the shipped ones), ``nodeInfo`` made from
-  the pods bound to each node, the reservations' slots from the placeholders in
+  the pods bound to each node, ``dra`` from the cluster's resource.k8s.io/v1 objects
+  (the devices the pod asks for and each node's free devices are shown), the
+  reservations' slots from the placeholders in
   ``--reservation-namespace`` and the owners' claims;
 - a running kpe (``--server URL``): ``GET /apis/v1/explain?pod=`` on its
   introspection listener, decided by that replica with the generation it serves,
@@ -39,6 +41,7 @@ from server.cli.remote import (
     add_server_arguments,
     get_json,
     read_cluster,
+    read_dra,
     read_namespaces,
     with_cluster,
 )
@@ -112,7 +115,8 @@ def from_cluster(args: argparse.Namespace, namespace: str, name: str, policy_pat
 
     policy_set = load(policy_paths)
 
-    async def work(client: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], str, dict[str, Any] | None]:
+    async def work(client: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], str,
+                                         dict[str, Any] | None]:
         try:
             pod = await client.get_pod(namespace, name)
         except ApiError as exc:
@@ -121,11 +125,12 @@ def from_cluster(args: argparse.Namespace, namespace: str, name: str, policy_pat
             raise
         nodes, pods = await read_cluster(client)
         namespaces = await read_namespaces(client)
-        return pod, nodes, pods, namespaces, client.source, await vetoed_by_event(client, pod)
+        return pod, nodes, pods, namespaces, await read_dra(client), client.source, await vetoed_by_event(client, pod)
 
-    pod, nodes, pods, namespaces, source, vetoed = with_cluster(args, work)
+    pod, nodes, pods, namespaces, dra, source, vetoed = with_cluster(args, work)
     data = diagnose(
-        policy_set, pod, nodes, cluster_pods=pods, placeholder_namespace=args.reservation_namespace, namespaces=namespaces_by_name(namespaces)
+        policy_set, pod, nodes, cluster_pods=pods, placeholder_namespace=args.reservation_namespace, namespaces=namespaces_by_name(namespaces),
+        dra=dra,
     ).to_dict()
     data["source"] = f"policies {' '.join(policy_paths)}, cluster from {source}"
     if vetoed is not None:

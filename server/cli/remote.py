@@ -105,6 +105,25 @@ async def read_namespaces(client: Any) -> list[dict[str, Any]]:
     return list(namespaces)
 
 
+async def read_dra(client: Any) -> dict[str, Any]:
+    """``dra`` (engine.cluster.devices) from the cluster's resource.k8s.io/v1 objects, each cut
+    as kpe's cache cuts it; empty where the API server does not serve them or the credentials
+    may not list them (policies then see no devices, as kpe would)."""
+    from engine.cluster.devices import GROUP, KINDS, VERSION, dra_of
+    from server.cluster.kube import ApiError
+
+    objects: dict[str, list[dict[str, Any]]] = {}
+    for kind in KINDS:
+        try:
+            items, _ = await client.list_all(f"/apis/{GROUP}/{VERSION}/{kind}")
+        except ApiError as exc:
+            if exc.status not in (401, 403, 404):
+                raise
+            items = []
+        objects[kind] = list(items)
+    return dra_of(objects)
+
+
 def with_cluster(args: argparse.Namespace, work: Callable[[Any], Awaitable[T]]) -> T:
     """Run ``work(client)`` with a Kubernetes client made from ``--kubeconfig`` (or the
     environment), closing it afterwards; credential and API failures become UsageError."""

@@ -53,6 +53,7 @@ from server.cluster.kube import KubeClient
 from server.cluster.namespaces import PATH as NAMESPACES_PATH
 from server.cluster.namespaces import Namespaces, reads_namespace
 from server.cluster.configmaps import ConfigMaps
+from server.cluster.devices import Devices, reads_dra
 from server.cluster.trim import is_projected as is_projected  # also read through here by server.introspection.endpoints
 from server.cluster.trim import trim
 
@@ -120,6 +121,9 @@ class ClusterCache:
         # paramsFrom's ConfigMaps (server.cluster.configmaps), the policy store's params source.
         self.configmaps = ConfigMaps(lambda path, sink: Informer("configmap", path, client=client, sink=sink, metrics=metrics, page_size=page_size,
                                                                  backoff_max=backoff_max, catch_up_s=catch_up_s, reachability=self._reachability))
+        # Dynamic Resource Allocation objects, watched once a served set reads dra (server.cluster.devices).
+        self.devices = Devices(client, lambda kind, path, sink: Informer(kind, path, client=client, sink=sink, metrics=metrics, page_size=page_size,
+                                                                         backoff_max=backoff_max, catch_up_s=catch_up_s, reachability=self._reachability))
         if policies is not None:
             policies.params = self.configmaps
         self._stop: asyncio.Event | None = None
@@ -212,7 +216,8 @@ class ClusterCache:
         return all(inf.connected for inf in self._watching())
 
     def _watching(self) -> list[Informer]:
-        return [*self._informers.values(), *((self.namespaces.informer,) if self.namespaces.started else ()), *self.configmaps.informers]
+        return [*self._informers.values(), *((self.namespaces.informer,) if self.namespaces.started else ()), *self.configmaps.informers,
+                *self.devices.watching]
 
     def disconnection(self) -> tuple[float, str] | None:
         """None while the cache is connected; else for how many seconds it has not been, and why."""
@@ -282,6 +287,8 @@ class ClusterCache:
                 self.recount(store.current.counts)
                 if reads_namespace(store.current):
                     self.namespaces.start(stop)
+                if reads_dra(store.current):
+                    self.devices.start(stop)
         loops = [asyncio.create_task(inf.run(stop), name=f"informer-{kind}") for kind, inf in self._informers.items()]
         loops.append(asyncio.create_task(self._reachability.run(stop), name="api-server-probe"))
         # Ends once the ConfigMaps are listed: not one of the loops whose end ends the cache.
@@ -296,6 +303,7 @@ class ClusterCache:
                 task.cancel()
             await asyncio.gather(*loops, stopped, return_exceptions=True)
             await self.namespaces.stop()
+            await self.devices.stop()
             await self.configmaps.close()
             if store is not None:
                 store.remove_swap_guard(self._before_swap)
@@ -334,6 +342,8 @@ class ClusterCache:
         wanted = candidate.pod_projection
         if loop is not None and not loop.is_closed() and self._stop is not None and not self.namespaces.started and reads_namespace(candidate):
             self.namespaces.start_before_swap(loop, self._stop)
+        if loop is not None and not loop.is_closed() and self._stop is not None and not self.devices.started and reads_dra(candidate):
+            self.devices.start_before_swap(loop, self._stop)
         if loop is None or loop.is_closed():
             self._projection = self._projection.union(wanted)  # not running: nothing is waiting to be listed
             self.recount(candidate.counts)

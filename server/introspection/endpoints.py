@@ -173,7 +173,7 @@ async def explain_endpoint(request: Request) -> Response:
     report = await state.worker.run(
         lambda: explain(
             policy_set, args.pod, nodes, cluster_pods=pods, node_info=state.node_info() if state.cache is not None else {},
-            homes=latest.homes if latest is not None else None, counts=state.counts(), namespaces=state.namespaces(),
+            homes=latest.homes if latest is not None else None, counts=state.counts(), namespaces=state.namespaces(), dra=state.dra(),
         )
     )
     data = report.to_dict()
@@ -212,7 +212,7 @@ async def explain_pod(request: Request) -> Response:
     diagnosis = await asyncio.to_thread(
         diagnose, policy_set, pod, nodes, cluster_pods=pods, node_info=info,
         slots=latest.slots if latest is not None else None, homes=latest.homes if latest is not None else None,
-        placeholder_namespace=state.settings.reservation_namespace, namespaces=state.namespaces(),
+        placeholder_namespace=state.settings.reservation_namespace, namespaces=state.namespaces(), dra=state.dra(),
         in_flight=cache.in_flight.on([node_name(n) for n in nodes], besides=pod_key(pod), priority=priority(pod)),  # as the preempt verb counts them
     )
     data = diagnosis.to_dict()

@@ -98,9 +98,9 @@ class AuditReporter:
             findings = []
         else:
             pods, nodes = self.subjects(), cache.nodes()
-            info, counts, namespaces, everyone = cache.node_info, cache.counts, self.state.namespaces(), cache.pods()
+            info, counts, namespaces, dra, everyone = cache.node_info, cache.counts, self.state.namespaces(), self.state.dra(), cache.pods()
             findings = await self.worker.run(
-                lambda: audit_findings(policy_set, pods, nodes, node_info=info, counts=counts, namespaces=namespaces, now=current_time(),
+                lambda: audit_findings(policy_set, pods, nodes, node_info=info, counts=counts, namespaces=namespaces, dra=dra, now=current_time(),
                                        cluster_pods=everyone, memo=self.memo)
             )
         wanted = self.reports.build(findings, now_s=self.clock())

@@ -60,7 +60,7 @@ async def handle_preempt(raw: bytes, deadline: Deadline, state: ServerState) -> 
     result = await state.worker.run(
         lambda: keep_evictions_off_reserved(state, policy_set, args.pod, known, preempt(
             policy_set, args.pod, candidates, nodes=known, node_info=state.node_info(), deadline=deadline, counts=state.counts(),
-            namespaces=state.namespaces(), in_flight=in_flight,
+            namespaces=state.namespaces(), dra=state.dra(), in_flight=in_flight,
         ))
     )
     state.count_overdue("preempt", result.overdue)
@@ -139,7 +139,7 @@ async def handle_admit(raw: bytes, deadline: Deadline, state: ServerState) -> An
     pod = decode_pod(body)
     nodes = state.cache.nodes() if state.cache is not None else []
     pods = state.cache.pods() if state.cache is not None else []
-    result = await state.worker.run(lambda: admit(policy_set, pod, nodes=nodes, pods=pods, namespaces=state.namespaces()))
+    result = await state.worker.run(lambda: admit(policy_set, pod, nodes=nodes, pods=pods, namespaces=state.namespaces(), dra=state.dra()))
     answer = {
         "Gates": result.gates,
         "Admitted": result.admitted,

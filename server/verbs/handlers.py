@@ -100,7 +100,7 @@ async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> A
             counted(
                 state, policy_set, args.pod, nodes,
                 filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, inline_s=inline_s,
-                             counts=state.counts(), namespaces=state.namespaces()),
+                             counts=state.counts(), namespaces=state.namespaces(), dra=state.dra()),
                 inline_s=inline_s, deadline=deadline,
             ),
         ),
@@ -203,7 +203,7 @@ async def _prioritize(
         "prioritize",
         lambda inline_s: score_nodes(
             policy_set, pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, names=names, inline_s=inline_s, encode=host_priority,
-            counts=state.counts(), namespaces=state.namespaces(),
+            counts=state.counts(), namespaces=state.namespaces(), dra=state.dra(),
         ),
     )
     _count_scoring(state, result)
@@ -261,7 +261,7 @@ def _look_ahead(state: ServerState, raw: bytes, body: Any, pod: dict[str, Any], 
         nodes = state.nodes_by_name(expected.names)
         result = score_nodes(
             expected.policy_set, expected.pod, nodes, node_info=state.node_info(), memo=state.equivalence, deadline=deadline, inline_s=INLINE_BUDGET_S, encode=host_priority,
-            counts=state.counts(), namespaces=state.namespaces(),
+            counts=state.counts(), namespaces=state.namespaces(), dra=state.dra(),
         )
     except Offload:
         return

@@ -59,8 +59,8 @@ def counted(
         raise Offload(len(on) or len(result.passed), None)
     if on:
         count_in_flight(result, needed, pod, nodes, on, node_info=state.node_info(), deadline=deadline, counts=cache.counts,
-                        namespaces=state.namespaces())
-    count_across(result, policy_set, pod, nodes, across, node_info=state.node_info(), deadline=deadline, namespaces=state.namespaces())
+                        namespaces=state.namespaces(), dra=state.dra())
+    count_across(result, policy_set, pod, nodes, across, node_info=state.node_info(), deadline=deadline, namespaces=state.namespaces(), dra=state.dra())
     return result
 
 

@@ -157,4 +157,5 @@ def kubernetes_types(params: Any = None) -> dict[str, Type]:
         "params": value_type(params if params is not None else {}),
         "now": TIMESTAMP,
         "counts": named("kpe.Counts"),  # engine/cel/types/counts.py
+        "dra": map_of(STRING, DYN),  # engine/cluster/devices.py: read through kube.podDevices and kube.nodeDevices
     }

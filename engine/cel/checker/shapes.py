@@ -172,4 +172,5 @@ def kubernetes_roots(params: Any = None) -> dict[str, Shape]:
         "params": of_value(params if params is not None else {}),
         "now": SCALAR,
         "counts": SCALAR,  # its calls are lookups: one unit each, as any call
+        "dra": Shape("map", items=DEFAULT_LIST),  # read through kube.podDevices and kube.nodeDevices, lookups
     }

@@ -201,6 +201,9 @@ kube.podToleratesNodeTaints(map(string, dyn), map(string, dyn)) -> bool
 kube.nodeSelectorMatches(map(string, dyn), map(string, dyn)) -> bool
 kube.podNodeAffinityMatches(map(string, dyn), map(string, dyn)) -> bool
 kube.nodeFree(map(string, dyn), map(string, dyn), string) -> kubernetes.Quantity
+kube.podDevices(map(string, dyn), map(string, dyn), string) -> int
+kube.nodeDevices(map(string, dyn), map(string, dyn), string) -> map(string, int)
+kube.nodeFreeDevices(map(string, dyn), map(string, dyn), map(string, dyn), string) -> int
 
 kpe.Counts.inDomain(map(string, dyn), string, map(string, string)) -> int
 kpe.Counts.domains(string, map(string, string)) -> int

@@ -16,6 +16,8 @@ rule and scores per node, the admission gates) and adds:
   victims, then asks kpe's preempt verb) (``preemption_verdicts``);
 - per reservation, whether the pod owns it, its slots and its part in the
   decision (``engine.reports.diagnosis.slots``);
+- the devices the pod asks for under Dynamic Resource Allocation, and per node its
+  devices of those classes: total, allocated, free (``device_summary``);
 - what kpe's preempt verb really did for the pod, when the caller knows it (kpe's
   decision log, or the PreemptionVetoed Event it posted): the nodes a policy's rule
   kept out of the preemption, with the rule (``preemption_vetoes``).
@@ -38,6 +40,8 @@ from engine.reports.explain import Report, explain
 from engine.reservations.heldroom import Homes, keep_evictions_off
 from engine.cluster.counts import counts_of
 from engine.cluster.kubefilters import KubeVerdict
+from engine.cel.ext.kube import node_devices, node_free_devices, pod_devices
+from engine.cel.ext.kuberesources import pod_requests, scheduler_units
 from engine.cluster.inflight import nominated_to
 from engine.cluster.nodeinfo import TERMINAL_PHASES, is_active, node_info_map, node_name, pod_key
 from engine.policy.model import PolicySet
@@ -117,6 +121,7 @@ class Diagnosis:
     eviction: dict[str, EvictionVerdict]
     node_order: list[str]
     reservations: list[ReservationPart] = field(default_factory=list)
+    devices: dict[str, Any] | None = None  # device_summary
 
     def feasible(self) -> list[str]:
         """Nodes both kpe's policies and kube-scheduler's checked filters accept."""
@@ -134,6 +139,7 @@ class Diagnosis:
         data["gates"] = self.gates
         data["feasibleNodes"] = self.feasible()
         data["reservations"] = [r.to_dict() for r in self.reservations]
+        data["devices"] = self.devices
         return data
 
 
@@ -220,7 +226,7 @@ def preemption_verdicts(
     dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]] | None = None,
     homes: Homes | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
     in_flight: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, EvictionVerdict]:
     """For each node that cannot take the pod (``rejected``: kpe's verdict and reason by node,
@@ -258,7 +264,7 @@ def preemption_verdicts(
             continue
         candidates[name] = victims
     if candidates:
-        result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now, counts=counts, namespaces=namespaces,
+        result = preempt(policy_set, pod, candidates, nodes=by_name, node_info=node_info, now=now, counts=counts, namespaces=namespaces, dra=dra,
                          in_flight=in_flight)
         result = keep_evictions_off(result, policy_set, pod, by_name, node_info, homes, namespaces=namespaces)
         for name, victims in candidates.items():
@@ -307,7 +313,7 @@ def diagnose(
     slots: Mapping[str, Sequence[Slot]] | None = None,
     homes: Homes | None = None,
     placeholder_namespace: str = "kpe-system",
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
     in_flight: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> Diagnosis:
     """Everything kpe can say about ``pod`` on ``nodes``. ``node_info`` defaults to the one
@@ -328,7 +334,7 @@ def diagnose(
         seen = fresh_plan(policy_set, cluster_pods, namespace=placeholder_namespace, namespaces=namespaces)
         slots, homes = seen.slots, seen.homes
     counts = counts_of(policy_set.counts, nodes, cluster_pods)
-    report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now, homes=homes, counts=counts, namespaces=namespaces)
+    report = explain(policy_set, pod, nodes, cluster_pods=cluster_pods, node_info=info, now=now, homes=homes, counts=counts, namespaces=namespaces, dra=dra)
     kube = kubefilters.check_all(pod, nodes, info)
     rejected: dict[str, tuple[str, str]] = {}
     for verdict in report.filter.explanation or []:
@@ -336,7 +342,7 @@ def diagnose(
         if verdict.verdict != "pass" or (kv is not None and not kv.passed):
             rejected[verdict.node] = (verdict.verdict, verdict.reason)
     held = in_flight if in_flight is not None else nominated_pods(pod, cluster_pods)
-    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes, counts=counts, namespaces=namespaces,
+    eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, homes=homes, counts=counts, namespaces=namespaces, dra=dra,
                                    in_flight=held)
     return Diagnosis(
         report=report,
@@ -348,7 +354,35 @@ def diagnose(
         reservations=reservation_parts(
             policy_set, pod, report.matched, slots or {}, {v.node: (v.verdict, v.reason) for v in report.filter.explanation or []}
         ),
+        devices=device_summary(pod, nodes, info, dra) if dra else None,
     )
 
 
-__all__ = ["Diagnosis", "EvictionVerdict", "PodState", "SCHEDULING_GATED", "diagnose", "gate_states", "nominated_pods", "pod_state", "preemption_verdicts", "preemption_vetoes", "scheduled_condition"]
+def device_summary(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], node_info: Mapping[str, Any], dra: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What ``kpe explain pod`` shows of DRA: the devices the pod asks of each DeviceClass (its
+    claims', and its requests of the extended resource a class backs, KEP-5004), and per node
+    that has any of them its devices of those classes: total, allocated, free (as
+    ``kube.nodeFreeDevices`` counts them, pods in flight aside). None when the pod asks for none."""
+    asked: dict[str, dict[str, int]] = {}
+    requests = pod_requests(pod, strict=False)
+    for cls, info in sorted((dra.get("classes") or {}).items()):
+        claimed = pod_devices(pod, dra, cls)
+        extended = info.get("extendedResourceName") if isinstance(info, Mapping) else None
+        q = requests.get(extended) if isinstance(extended, str) else None
+        by_resource = scheduler_units(str(extended), q) if q is not None else 0
+        if claimed or by_resource:
+            asked[cls] = {"claims": claimed, "extendedResource": by_resource}
+    if not asked:
+        return None
+    per_node: dict[str, dict[str, dict[str, int]]] = {}
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        for cls in asked:
+            found = node_devices(node, dra, cls)
+            if found["total"]:
+                free = node_free_devices(node, node_info.get(name) or {"pods": []}, dra, cls)
+                per_node.setdefault(name, {})[cls] = {**found, "free": free}
+    return {"pod": asked, "nodes": per_node}
+
+
+__all__ = ["Diagnosis", "EvictionVerdict", "PodState", "SCHEDULING_GATED", "device_summary", "diagnose", "gate_states", "nominated_pods", "pod_state", "preemption_verdicts", "preemption_vetoes", "scheduled_condition"]

@@ -66,9 +66,33 @@ def headline(data: dict[str, Any]) -> list[str]:
     lines.append("matching policies: " + (", ".join(data.get("matchedPolicies") or []) or "none"))
     for cond in data.get("matchConditions") or []:
         lines.append(f"  match {cond['policy']}: {cond['effect']}" + (f" ({cond['error']})" if cond["error"] else ""))
+    lines += device_lines(data.get("devices"))
     lines += part_lines(data.get("reservations") or [])
     lines += preemption_lines(data.get("preemption"))
     lines.append(verdict_line(data))
+    return lines
+
+
+DEVICE_NODES_SHOWN = 10  # nodes with devices named; the rest are counted
+
+
+def device_lines(devices: dict[str, Any] | None) -> list[str]:
+    """The devices the pod asks for under DRA and, per node that has them, how many are free."""
+    if not devices:
+        return []
+    lines = []
+    for cls, asked in (devices.get("pod") or {}).items():
+        how = [f"{asked['claims']} through its claims"] if asked.get("claims") else []
+        how += [f"{asked['extendedResource']} as an extended resource"] if asked.get("extendedResource") else []
+        lines.append(f"devices: the pod asks for {asked.get('claims', 0) + asked.get('extendedResource', 0)} of DeviceClass {cls} ({', '.join(how)})")
+    nodes = list((devices.get("nodes") or {}).items())
+    for node, per_class in nodes[:DEVICE_NODES_SHOWN]:
+        for cls, n in per_class.items():
+            lines.append(f"  {node}: {n['free']} of {n['total']} {cls} free ({n['allocated']} allocated to claims)")
+    if len(nodes) > DEVICE_NODES_SHOWN:
+        lines.append(f"  and {len(nodes) - DEVICE_NODES_SHOWN} more nodes with such devices")
+    if not nodes:
+        lines.append("  no node publishes such devices (ResourceSlices)")
     return lines
 
 

@@ -138,21 +138,21 @@ def decide(
     dry_runs: dict[str, tuple[list[Mapping[str, Any]], str]],
     admitted: Sequence[Mapping[str, Any]] | None = None,
     counts: Any = None,
-    namespaces: Mapping[str, Any] | None = None,
+    namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
 ) -> Decision:
-    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts, namespaces=namespaces)
+    filtered = filter_nodes(policy_set, pod, nodes, node_info=info, now=now, counts=counts, namespaces=namespaces, dra=dra)
     reasons = {**dict.fromkeys(filtered.passed, ""), **filtered.failed, **filtered.unresolvable}
     kept = set(filtered.passed)
     feasible_nodes = [n for n in nodes if node_name(n) in kept and kube[node_name(n)].passed]
     feasible = [node_name(n) for n in feasible_nodes]
-    scores = score_nodes(policy_set, pod, feasible_nodes, node_info=info, now=now, counts=counts, namespaces=namespaces).scores if feasible_nodes else {}
-    admission = admit(policy_set, pod, nodes=nodes, pods=pods, admitted=admitted, now=now, namespaces=namespaces)
+    scores = score_nodes(policy_set, pod, feasible_nodes, node_info=info, now=now, counts=counts, namespaces=namespaces, dra=dra).scores if feasible_nodes else {}
+    admission = admit(policy_set, pod, nodes=nodes, pods=pods, admitted=admitted, now=now, namespaces=namespaces, dra=dra)
     gates = {d.gate: (not d.satisfied, d.message, d.policy) for d in admission.decisions if not d.audit}
     decision = Decision(filtered.matched, reasons, feasible, scores, gates)
     if not feasible:
         kinds = {**dict.fromkeys(filtered.failed, "fail"), **dict.fromkeys(filtered.unresolvable, "unresolvable")}
         rejected = {name: (kinds.get(name, "pass"), reason) for name, reason in reasons.items()}
-        decision.eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, dry_runs=dry_runs, counts=counts, namespaces=namespaces)
+        decision.eviction = preemption_verdicts(policy_set, pod, nodes, info, rejected, kube, now=now, dry_runs=dry_runs, counts=counts, namespaces=namespaces, dra=dra)
     return decision
 
 
