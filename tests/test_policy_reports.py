@@ -262,7 +262,7 @@ def reporter(cache: Cache, api: Reports, **kw: Any) -> Any:
     from server.telemetry.metrics import Metrics
 
     store = SimpleNamespace(current=load_text(POLICIES))
-    state = SimpleNamespace(client=api, cache=cache, store=store, metrics=Metrics(), namespaces=lambda: None)
+    state = SimpleNamespace(client=api, cache=cache, store=store, metrics=Metrics(), namespaces=lambda: None, dra=lambda: None)
     made = AuditReporter(state, interval_s=1, clock=lambda: 1_000.0, **kw)  # type: ignore[arg-type]
     return made
 
