@@ -302,7 +302,7 @@ def _either(values: Sequence[str]) -> str:
 
 
 # `kpe serve --help`'s headings, most asked-for first; a field names its own with a "group" metadata key.
-GROUPS = ("policies", "listening and TLS", "cluster access and cache", "admission and gates", "reservations", "limits and timeouts", "logging and introspection")
+GROUPS = ("policies", "listening and TLS", "cluster access and cache", "admission and gates", "reservations", "policy reports", "limits and timeouts", "logging and introspection")
 
 
 def grouped_fields(of: Any = None) -> list[tuple[str, list[Field[Any]]]]:

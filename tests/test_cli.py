@@ -186,6 +186,7 @@ def test_serve_help_groups_the_settings_under_headings(monkeypatch: pytest.Monke
         "cluster access and cache:",
         "admission and gates:",
         "reservations:",
+        "policy reports:",
         "limits and timeouts:",
         "logging and introspection:",
     ]
