@@ -64,7 +64,7 @@ def test_an_invalid_object_s_errors_name_it_with_the_field_path_and_no_line() ->
         "schedulingpolicy/broken: error[KPE200] broken: spec.filterz: unknown field 'filterz'; allowed here: admission, failurePolicy, "
         "filters, match, mode, params, paramsFrom, preemption, scores, variables\n"
         "schedulingpolicy/pool: error[KPE301] pool: spec.filters[0].expression: undeclared reference to 'nodee'; did you mean 'node'? "
-        "(this expression can read: node, nodeInfo, pod, namespaceObject, params, now, counts, variables)\n"
+        "(this expression can read: node, nodeInfo, pod, namespaceObject, params, now, dra, counts, variables)\n"
         "    nodee.metadata.?labels[?'pool'].orValue('') == 'a'\n"
         "    ^"
     )

@@ -223,7 +223,7 @@ class PolicyStore:
             candidate = self._load()
         except PolicyLoadError as exc:
             self.reloads["failure"] += 1
-            generation = previous.generation if previous else ""
+            generation = previous.generation if previous is not None else ""
             self.last = LoadOutcome(False, generation, tuple(exc.errors), objects=self._tried)
             for error in exc.errors:
                 log.error("policy reload failed; still serving generation %s: %s", generation, error.render(), extra={"error": error.to_dict()})
@@ -238,17 +238,18 @@ class PolicyStore:
                 guard(candidate)  # may wait: the old set serves meanwhile
             except Exception:  # noqa: BLE001 - a guard's failure must not stop reloads
                 log.exception("policy swap guard failed", extra={"generation": candidate.generation})
-        self._current = candidate  # the swap: one reference, never mutated in place
-        self.served_objects = dict(self._tried)
+        # Logged before the swap: whoever sees the new set serving can read why its params are what they are.
         for policy in candidate.policies:
             if policy.params_problem:
                 log.warning("policy %s: %s (parameterNotFoundAction %s)", policy.name, policy.params_problem,
                             "Deny" if policy.params_error else "UseDefaults", extra={"generation": candidate.generation, "policy": policy.name})
+        self._current = candidate  # the swap: one reference, never mutated in place
+        self.served_objects = dict(self._tried)
         self.reloads["success"] += 1
         self.last = LoadOutcome(True, candidate.generation, objects=self._tried)
         log.info(
             "policies reloaded",
-            extra={"generation": candidate.generation, "previous": previous.generation if previous else None, "policies": len(candidate)},
+            extra={"generation": candidate.generation, "previous": previous.generation if previous is not None else None, "policies": len(candidate)},
         )
         for loop, event in self._listeners:
             loop.call_soon_threadsafe(event.set)  # reloads run in a worker thread
