@@ -39,7 +39,7 @@ from tests.e2e.controlplane import (  # noqa: E402
 
 __all__ = [
     "ADMIN_TOKEN", "BIN", "HOW_TO_GET", "ControlPlane", "Process", "binaries_present", "control_plane", "free_port",
-    "kpe_executable", "start", "wait_until", "ROOT", "POLICIES", "ZONES", "TEAMS", "create_nodes", "run_many",
+    "kpe_executable", "start", "wait_until", "ROOT", "POLICIES", "ZONES", "TEAMS", "SHAPES", "create_nodes", "run_many",
     "start_kpe", "start_scheduler", "scheduler_config", "rss", "metrics", "delete_pods", "now",
 ]
 
@@ -94,11 +94,18 @@ def run_many(plane: ControlPlane, calls: Iterable[tuple[str, str, Any]], concurr
     return time.monotonic() - t0
 
 
-def node_object(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
+SHAPES = ("default", "tainted-gpu", "many-teams")
+"""Cluster shapes (``scheduler_bench.py --shape``): ``default``, the nodes below; ``tainted-gpu``,
+a quarter of them GPU nodes with the GPU taint; ``many-teams``, the default nodes with many small
+team namespaces (the pods differ, ``scheduler_bench.py`` says how)."""
+
+
+def node_object(i: int, *, shape: str = "default") -> tuple[dict[str, Any], dict[str, Any]]:
     """Node i and its status: 4 % GPU nodes (8 GPUs, no taint), 10 % arm64, 30 % in a team pool,
-    2 % in maintenance, spread over three zones; all Ready, no taints."""
+    2 % in maintenance, spread over three zones; all Ready, no taints. ``tainted-gpu``: a quarter
+    are GPU nodes, tainted ``nvidia.com/gpu=present:NoSchedule`` as GPU node pools are."""
     zone = ZONES[i % len(ZONES)]
-    gpu = i % 25 == 0
+    gpu = i % 4 == 0 if shape == "tainted-gpu" else i % 25 == 0
     arm = i % 10 == 3
     name = f"{'gpu' if gpu else 'cpu'}-{zone}-{i:05d}"
     labels = {
@@ -113,7 +120,10 @@ def node_object(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
     allocatable = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
     if gpu:
         allocatable["nvidia.com/gpu"] = "8"
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": {}}
+    spec: dict[str, Any] = {}
+    if gpu and shape == "tainted-gpu":
+        spec["taints"] = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": spec}
     status = {"status": {
         "capacity": allocatable, "allocatable": allocatable,
         "conditions": [
@@ -130,8 +140,8 @@ def node_object(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
     return node, status
 
 
-def create_nodes(plane: ControlPlane, count: int, concurrency: int = 16) -> tuple[list[str], float]:
-    objects = [node_object(i) for i in range(count)]
+def create_nodes(plane: ControlPlane, count: int, concurrency: int = 16, *, shape: str = "default") -> tuple[list[str], float]:
+    objects = [node_object(i, shape=shape) for i in range(count)]
     t = run_many(plane, [("POST", "/api/v1/nodes", node) for node, _ in objects], concurrency)
     t += run_many(plane, [("PATCH", f"/api/v1/nodes/{node['metadata']['name']}/status", status) for node, status in objects], concurrency)
     return [node["metadata"]["name"] for node, _ in objects], t

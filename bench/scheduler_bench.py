@@ -4,6 +4,7 @@ extender, a do-nothing extender (the floor), and kpe with the shipped policies.
     python bench/scheduler_bench.py                         # 1,000 nodes, 1,000 pods, 3 pairs, names and nodes
     python bench/scheduler_bench.py --modes names --pairs 5
     python bench/scheduler_bench.py --nodes 5000 --modes names
+    python bench/scheduler_bench.py --modes names --shape tainted-gpu    # another cluster (--shape)
 
 etcd and kube-apiserver run on loopback (``tests/e2e/controlplane.py``; the
 binaries from ``$KPE_K8S_BIN`` or ``~/.cache/kpe-k8s/bin``, skipped without them).
@@ -33,6 +34,14 @@ Setups alternate within each pair (none, floor, kpe, none, floor, kpe, ...):
   process): every other pod (``--own-share``, half by default) names it in
   ``spec.schedulerName`` and goes through kpe, the rest go to the default scheduler
   without an extender, batched. The round line adds each scheduler's own pods/s.
+
+Shapes (``--shape``): ``default`` as above, pods of four Deployments in one
+namespace; ``tainted-gpu``, a quarter of the nodes GPU nodes tainted
+``nvidia.com/gpu`` (kube-scheduler filters them out before kpe) and every pod
+alike; ``many-teams``, the default nodes and pods of 30 small team namespaces,
+two Deployments each, created interleaved (60 equivalence classes in flight).
+Beside each setup's pods/s the table shows its extender's CPU per scheduled pod
+(kpe's or the floor's, from /proc/PID/stat).
 
 Modes: ``names`` (nodeCacheCapable: true) and ``nodes`` (whole Node objects,
 ``--no-node-cache-capable``; 300 pods a round by default, ``--pods-whole-nodes``).
@@ -87,22 +96,47 @@ TEMPLATES = [
     {"team": "platform", "kpe.dev/zone": "us-east-1b"},
     {},
 ]
+# many-teams: this many team namespaces, two Deployments each (one pinned to a zone), so 2 * TEAM_COUNT
+# classes: the first teams own the node pools of realcluster.TEAMS, the rest have none.
+TEAM_COUNT = 30
 
 
 OWN_SCHEDULER = "kpe-scheduler"  # the own setup's second kube-scheduler, kpe's (deploy/scheduler/)
 
 
-def pod(i: int, round_: int, *, scheduler_name: str = "") -> dict[str, Any]:
-    t = i % len(TEMPLATES)
-    labels = {"app": f"app-{t}", "pod-template-hash": f"5d8f{t}c7b9", **TEMPLATES[t]}
+def templates(shape: str) -> list[tuple[str, str, dict[str, str]]]:
+    """The shape's pod templates: (namespace, app, labels beyond app); pod i takes template i modulo their number.
+    default: four Deployments in one namespace; tainted-gpu: one (every pod alike); many-teams:
+    TEAM_COUNT small team namespaces of two Deployments each."""
+    if shape == "tainted-gpu":
+        return [(NAMESPACE, "web", {})]
+    if shape == "many-teams":
+        out = []
+        for k in range(TEAM_COUNT):
+            team = rc.TEAMS[k] if k < len(rc.TEAMS) else f"team-{k:02d}"
+            out.append((f"team-{k:02d}", f"{team}-api", {"team": team}))
+            out.append((f"team-{k:02d}", f"{team}-worker", {"team": team, "kpe.dev/zone": rc.ZONES[k % len(rc.ZONES)]}))
+        return out
+    return [(NAMESPACE, f"app-{t}", labels) for t, labels in enumerate(TEMPLATES)]
+
+
+def namespaces(shape: str) -> list[str]:
+    return sorted({ns for ns, _, _ in templates(shape)})
+
+
+def pod(i: int, round_: int, *, scheduler_name: str = "", shape: str = "default") -> dict[str, Any]:
+    shaped = templates(shape)
+    t = i % len(shaped)
+    namespace, app, extra = shaped[t]
+    labels = {"app": app, "pod-template-hash": f"5d8f{t}c7b9", **extra}
     spec: dict[str, Any] = {
-        "containers": [{"name": "main", "image": f"registry.example.com/app-{t}:1.0",
+        "containers": [{"name": "main", "image": f"registry.example.com/{app}:1.0",
                         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}}],
         "terminationGracePeriodSeconds": 30,
     }
     if scheduler_name:
         spec["schedulerName"] = scheduler_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"app-{t}-r{round_}-{i:05d}", "namespace": NAMESPACE, "labels": labels}, "spec": spec}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{app}-r{round_}-{i:05d}", "namespace": namespace, "labels": labels}, "spec": spec}
 
 
 def to_own(i: int, share: float) -> bool:
@@ -111,7 +145,7 @@ def to_own(i: int, share: float) -> bool:
 
 
 class BindWatch(threading.Thread):
-    """Watches the namespace's pods and records when each one first has a nodeName."""
+    """Watches every namespace's pods and records when each one first has a nodeName."""
 
     def __init__(self, plane: rc.ControlPlane, resource_version: str, target: int) -> None:
         super().__init__(daemon=True)
@@ -125,7 +159,7 @@ class BindWatch(threading.Thread):
             headers = {"Authorization": f"Bearer {rc.ADMIN_TOKEN}"}
             params = {"watch": "1", "resourceVersion": self.rv, "timeoutSeconds": "1800"}
             with httpx.Client(verify=False, timeout=httpx.Timeout(10, read=None), headers=headers) as client, \
-                    client.stream("GET", f"{self.plane.url}/api/v1/namespaces/{NAMESPACE}/pods", params=params) as response:
+                    client.stream("GET", f"{self.plane.url}/api/v1/pods", params=params) as response:
                 for line in response.iter_lines():
                     if not line:
                         continue
@@ -147,7 +181,7 @@ class BindWatch(threading.Thread):
 
 def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pods: int, round_: int, timeout: float,
               cpu: dict[str, float], extender_pid: int | None, *, own: dict[str, Any] | None = None, own_share: float = 0.0,
-              split: dict[str, float] | None = None) -> tuple[float, float]:
+              split: dict[str, float] | None = None, shape: str = "default") -> tuple[float, float]:
     """Restart kube-scheduler with ``config`` (and with ``own``, kpe's own scheduler beside it, which
     ``own_share`` of the pods name), create the pods; returns pods/s from the first create to the
     last binding, and the seconds the creates took. Adds each process's CPU seconds over the round to
@@ -163,13 +197,13 @@ def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pod
         pids["extender"] = extender_pid
     before = {name: rc.cpu_seconds(pid) for name, pid in pids.items()}
     try:
-        rv = plane.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["metadata"]["resourceVersion"]
+        rv = plane.api.get("/api/v1/pods", params={"limit": 1})["metadata"]["resourceVersion"]
         watch = BindWatch(plane, rv, pods)
         watch.start()
         time.sleep(0.2)  # the watch is established
         t0 = time.monotonic()
-        bodies = [pod(i, round_, scheduler_name=OWN_SCHEDULER if own is not None and to_own(i, own_share) else "") for i in range(pods)]
-        created = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body) for body in bodies], 16)
+        bodies = [pod(i, round_, scheduler_name=OWN_SCHEDULER if own is not None and to_own(i, own_share) else "", shape=shape) for i in range(pods)]
+        created = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{body['metadata']['namespace']}/pods", body) for body in bodies], 16)
         if not watch.done.wait(timeout):
             raise RuntimeError(f"round {round_}: {len(watch.bound)} of {pods} pods bound after {timeout:.0f} s\n" + "\n".join(s.tail(20) for s in schedulers))
         if watch.error is not None:
@@ -223,6 +257,10 @@ def main() -> int:
     ap.add_argument("--also-source", action="append", default=[], metavar="DIR",
                     help="also run the kpe of another source tree (e.g. `git archive COMMIT | tar -x -C DIR`) as a setup of its "
                          "own, 'kpe (DIR's name)', alternating with the others: a before and after in the same run; repeatable")
+    ap.add_argument("--shape", default="default", choices=rc.SHAPES,
+                    help="the cluster: default (four Deployments in one namespace on varied nodes), tainted-gpu (a quarter of the "
+                         "nodes tainted GPU nodes, every pod alike), many-teams (%d small team namespaces of two Deployments each: "
+                         "many classes)" % TEAM_COUNT)
     ap.add_argument("--caps", action="store_true",
                     help="kpe serves the shipped policies and per-node caps that count pods on a node (nodeInfo), so every "
                          "filter counts the pods in flight")
@@ -243,9 +281,10 @@ def main() -> int:
     pods_per_mode: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="kpe-scheduler-bench-") as tmp, rc.control_plane(Path(tmp)) as plane:
         workdir = Path(tmp)
-        plane.api.namespace(NAMESPACE)
-        _, t_nodes = rc.create_nodes(plane, args.nodes)
-        print(f"control plane up; {args.nodes} nodes created in {t_nodes:.1f} s", flush=True)
+        for namespace in namespaces(args.shape):
+            plane.api.namespace(namespace)
+        _, t_nodes = rc.create_nodes(plane, args.nodes, shape=args.shape)
+        print(f"control plane up; {args.nodes} nodes ({args.shape}) created in {t_nodes:.1f} s", flush=True)
         (workdir / "floor_app.py").write_text(FLOOR_APP)
         policies = rc.POLICIES
         if args.caps:
@@ -290,7 +329,7 @@ def main() -> int:
                     extender_pid = kpe.process.popen.pid if kpe is not None else floors[setup][0].popen.pid if setup in floors else None
                     try:
                         rate, created = one_round(plane, workdir, config, pods, round_, args.round_timeout, cpu, extender_pid,
-                                                  own=own, own_share=args.own_share, split=split)
+                                                  own=own, own_share=args.own_share, split=split, shape=args.shape)
                         if kpe is not None:
                             stats.setdefault((mode, setup), []).append(kpe_stats(kpe.url))
                     finally:
@@ -298,7 +337,7 @@ def main() -> int:
                             kpe.stop()
                     results.setdefault((mode, setup), []).append(rate)
                     cpu_ms.setdefault((mode, setup), []).append({k: 1000 * v / pods for k, v in cpu.items()})
-                    deleted = rc.delete_pods(plane, NAMESPACE)
+                    deleted = sum(rc.delete_pods(plane, namespace) for namespace in namespaces(args.shape))
                     each = ("; " + ", ".join(f"{who} {r:.1f} pods/s" for who, r in split.items())) if split else ""
                     print(f"  {mode:5} pair {pair + 1} {setup:5}: {rate:7.1f} pods/s   (created in {created:.1f} s, deleted in {deleted:.1f} s{each})", flush=True)
         finally:
@@ -306,20 +345,29 @@ def main() -> int:
                 process.stop()
 
     print()
-    print(f"real kube-scheduler and kube-apiserver ({plane.binaries.version}), {args.nodes} nodes, "
+    print(f"real kube-scheduler and kube-apiserver ({plane.binaries.version}), {args.nodes} nodes ({args.shape} shape), "
           + ", ".join(f"{n} pods per round ({m})" for m, n in pods_per_mode.items())
           + f", {args.pairs} alternating pairs, scheduler client qps {args.scheduler_qps:g}; pods/s from the first create to the last binding")
     print()
-    head = "| mode | setup | " + " | ".join(f"round {i + 1}" for i in range(args.pairs)) + " | median |"
+    # Beside each setup's rates: its extender's CPU per scheduled pod (kpe's or the floor's) and every process's.
+    head = "| mode | setup | " + " | ".join(f"round {i + 1}" for i in range(args.pairs)) + " | median | extender CPU ms/pod | all CPU ms/pod |"
     print(head)
-    print("|" + " --- |" * (args.pairs + 3))
+    print("|" + " --- |" * (args.pairs + 5))
     for mode in modes:
         for setup in setups:
             rates = results[(mode, setup)]
-            print(f"| {mode} | {setup} | " + " | ".join(f"{r:.1f}" for r in rates) + f" | {statistics.median(rates):.1f} |")
+            rows = cpu_ms[(mode, setup)]
+            extender = statistics.median(r.get("extender", 0.0) for r in rows)
+            every = statistics.median(sum(r.values()) for r in rows)
+            print(f"| {mode} | {setup} | " + " | ".join(f"{r:.1f}" for r in rates) + f" | {statistics.median(rates):.1f} | "
+                  + (f"{extender:.2f}" if extender else "-") + f" | {every:.2f} |")
         for kpe_setup, base in itertools.product(kpes, [f for f in FLOORS if f in setups] + (["none"] if "none" in setups else [])):
             ratios = [k / f for k, f in zip(results[(mode, kpe_setup)], results[(mode, base)], strict=True)]
-            print(f"| {mode} | {kpe_setup}/{base} | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")
+            cpu_ratio = ""
+            if base in FLOORS:
+                mine, floor = (statistics.median(r.get("extender", 0.0) for r in cpu_ms[(mode, s_)]) for s_ in (kpe_setup, base))
+                cpu_ratio = f"{mine / floor:.2f}x" if floor else ""
+            print(f"| {mode} | {kpe_setup}/{base} | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x | {cpu_ratio} | |")
     print()
     print("CPU ms per pod over a round, median of the rounds (from /proc/PID/stat; the script creating pods is not counted):")
     print()
