@@ -66,6 +66,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import realcluster as rc  # noqa: E402
+import reload_round  # noqa: E402
 from server_bench import FLOOR_APP  # noqa: E402 - the same do-nothing extender: Starlette, uvicorn, orjson
 
 NAMESPACE = "batch"  # bin-packing scores pods here
@@ -261,6 +262,12 @@ def main() -> int:
                     help="the cluster: default (four Deployments in one namespace on varied nodes), tainted-gpu (a quarter of the "
                          "nodes tainted GPU nodes, every pod alike), many-teams (%d small team namespaces of two Deployments each: "
                          "many classes)" % TEAM_COUNT)
+    ap.add_argument("--reload-round", action="store_true",
+                    help="after the pairs (--pairs 0: instead of them), a round of kpe alone with node names: steady state, then "
+                         "the first round after a policy reload and after a kpe restart, filter and prioritize p50 and p99 from "
+                         "kpe's latency histogram (bench/reload_round.py)")
+    ap.add_argument("--reload-policy", default="team-node-pools",
+                    help="the shipped policy whose file the reload round edits (default team-node-pools, which matches every pod)")
     ap.add_argument("--caps", action="store_true",
                     help="kpe serves the shipped policies and per-node caps that count pods on a node (nodeInfo), so every "
                          "filter counts the pods in flight")
@@ -340,10 +347,33 @@ def main() -> int:
                     deleted = sum(rc.delete_pods(plane, namespace) for namespace in namespaces(args.shape))
                     each = ("; " + ", ".join(f"{who} {r:.1f} pods/s" for who, r in split.items())) if split else ""
                     print(f"  {mode:5} pair {pair + 1} {setup:5}: {rate:7.1f} pods/s   (created in {created:.1f} s, deleted in {deleted:.1f} s{each})", flush=True)
+            if args.reload_round:
+                def qps(config: dict[str, Any]) -> dict[str, Any]:
+                    if args.scheduler_qps > 0:
+                        config["clientConnection"].update(qps=args.scheduler_qps, burst=int(args.scheduler_qps))
+                    return config
+
+                phases = reload_round.run(
+                    plane, workdir, pods=args.pods, policy=args.reload_policy, first_round=round_,
+                    one_round=lambda config, r, cpu, pid: one_round(plane, workdir, qps(config), args.pods, r, args.round_timeout, cpu, pid, shape=args.shape),
+                    configure=lambda url, pol: rc.scheduler_config(plane, url + "/scheduler", policies=pol),
+                    delete=lambda: sum(rc.delete_pods(plane, namespace) for namespace in namespaces(args.shape)),
+                )
         finally:
             for process, _ in floors.values():
                 process.stop()
 
+    if args.reload_round:
+        print()
+        print(f"reload round: real kube-scheduler and kube-apiserver ({plane.binaries.version}), {args.nodes} nodes ({args.shape} shape), "
+              f"{args.pods} pods a round with node names, one kpe through steady state and a reload of {args.reload_policy}, then restarted; "
+              "latency from kpe's kpe_request_duration_seconds buckets, interpolated")
+        print()
+        print("\n".join(reload_round.table(phases)))
+    if not args.pairs:
+        print()
+        print(f"total {time.monotonic() - started:.0f} s")
+        return 0
     print()
     print(f"real kube-scheduler and kube-apiserver ({plane.binaries.version}), {args.nodes} nodes ({args.shape} shape), "
           + ", ".join(f"{n} pods per round ({m})" for m, n in pods_per_mode.items())
