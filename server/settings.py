@@ -161,6 +161,15 @@ class Settings:
             "going first (0.3 to 0.6 MB per class per 1,000 nodes; 0 turns the equivalence cache off)"
         },
     )
+    warm_classes: bool = field(
+        default=True,
+        metadata={
+            "group": "cluster access and cache",
+            "help": "after an equivalence class's first filter with node names, and for the classes seen last after a policy reload, "
+            "evaluate the rest of the cluster's nodes for it in the background, a few at a time between requests, so its next pods "
+            "find their nodes remembered"
+        },
+    )
     requeue_rate: float = field(
         default=50.0,
         metadata={

@@ -151,7 +151,7 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "encoder", "unencoded", "info_blind", "cost", "per_request", "clock")
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "encoder", "unencoded", "info_blind", "cost", "per_request", "clock", "claimed")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -186,6 +186,14 @@ class ClassMemo:
         # rules that read now, run per request): measured the same way, None for a class without any.
         self.per_request: float | None = None
         self.clock = clock
+        # Whether a request (or the warming after a reload) has filled the class for the first
+        # time: whoever does is the one to fill the rest of the cluster (engine.equivalence.warming).
+        self.claimed = False
+
+    def claim(self) -> bool:
+        """True the first time only: the caller is the class's first to fill it."""
+        first, self.claimed = not self.claimed, True
+        return first
 
     def afford(self, misses: int, inline_s: float | None) -> None:
         """Raise ``Offload`` when evaluating ``misses`` nodes, and what every request of the class

@@ -47,6 +47,11 @@ class Metrics:
         self.equivalence = Counter(
             "kpe_equivalence_cache_nodes_total", "Nodes answered from the equivalence cache (hit) or evaluated (miss), per verb", ["verb", "result"], registry=r
         )
+        self.warmed = Counter(
+            "kpe_equivalence_warmed_nodes_total",
+            "Nodes evaluated ahead of the scheduler for an equivalence class (after its first filter, or for the classes seen last after a reload)",
+            registry=r,
+        )
         self.rejections = Counter("kpe_node_rejections_total", "Nodes rejected per policy and rule", ["policy", "rule"], registry=r)
         self.preemption_rejections = Counter(
             "kpe_preemption_rejections_total", "Preemption candidate nodes dropped per policy and rule", ["policy", "rule"], registry=r

@@ -1,0 +1,99 @@
+"""Filling an equivalence class ahead of the scheduler: the rest of the cluster, in small steps.
+
+kube-scheduler sends each pod a window of the nodes (at 5,000 nodes about 500), a different one
+for each pod, so a class that starts empty (a new Deployment, every class after a kpe restart,
+the classes of a policy a reload changed) evaluates a window on each of its first pods: at
+5,000 nodes ten requests of tens of milliseconds, where a warm class answers in a fraction of
+one. Once a class's first request has been answered, the same pod is evaluated against every
+other node in the background, a few nodes at a time, so its next pods find their windows
+remembered. Nothing extra is evaluated in the end: the class's next pods would have evaluated
+those nodes anyway, on the scheduler's clock.
+
+After a reload, the classes whose first pods were seen most recently are filled again under the
+new set; a class the reload left alone (its policies' content unchanged) still has its results
+(``engine.equivalence.classes``), so its first step is all hits and ends its job.
+
+This module only keeps the jobs and decides what to evaluate next; the caller evaluates
+(``Evaluate``: the filter, and the scores of what passed, through the equivalence cache) and
+decides when a step may run (the server: on its event loop while the worker thread is idle).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.policy.model import PolicySet
+
+Evaluate = Callable[[PolicySet, Mapping[str, Any], list[str]], bool]
+"""Evaluates a pod against some node names through the equivalence cache; returns whether this
+call was the first to fill its class (``FilterResult.first_of_class``)."""
+
+
+@dataclass(slots=True)
+class Job:
+    policy_set: PolicySet
+    pod: Mapping[str, Any]
+    names: Sequence[str]  # the cluster's node names when the job was queued
+    done: int = 0  # names evaluated so far
+    # Whether the job's first step must be its class's first fill to go on: a job for a pod no
+    # request asked about (a class from before a reload) ends at once when its class is filled
+    # or being filled already.
+    speculative: bool = False
+
+
+class Warming:
+    """Jobs of classes to fill, oldest first, and the first pods of the classes seen last."""
+
+    def __init__(self, *, chunk: int = 32, recent: int = 16, jobs: int = 64, step_s: float = 0.002,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.chunk = chunk  # names per evaluation: small, so a step overruns its time by little
+        self.step_s = step_s  # how long one step evaluates before handing the event loop back
+        self.clock = clock
+        self._jobs: deque[Job] = deque(maxlen=jobs)  # a burst of new classes drops the oldest jobs
+        self._recent: deque[Mapping[str, Any]] = deque(maxlen=recent)  # first pods of the classes seen last
+        self.evaluated = 0  # names evaluated, for the metrics
+        self.on_job: Callable[[], None] | None = None  # called when a job is queued (the server wakes its task)
+
+    def __bool__(self) -> bool:
+        return bool(self._jobs)
+
+    def first_request(self, policy_set: PolicySet, pod: Mapping[str, Any], names: Sequence[str]) -> None:
+        """A request was the first to fill ``pod``'s class: fill it with ``names`` (the cluster's nodes)."""
+        self._recent.append(pod)
+        self._jobs.append(Job(policy_set, pod, names))
+        if self.on_job is not None:
+            self.on_job()
+
+    def reloaded(self, policy_set: PolicySet, names: Sequence[str]) -> None:
+        """The policies were reloaded: the pending jobs are of the old set; the classes seen last are
+        filled under ``policy_set``, the most recent first."""
+        self._jobs.clear()
+        for pod in reversed(self._recent):
+            self._jobs.append(Job(policy_set, pod, names, speculative=True))
+
+    def clear(self) -> None:
+        """Drop every job (after an error: a job that fails would fail again)."""
+        self._jobs.clear()
+
+    def step(self, current: PolicySet, evaluate: Evaluate) -> None:
+        """Evaluate chunks of the oldest jobs for about ``step_s``; a job of a set no longer
+        ``current`` is dropped (a reload queues its own)."""
+        start = self.clock()
+        while self._jobs and self.clock() - start < self.step_s:
+            job = self._jobs[0]
+            if job.policy_set is not current:
+                self._jobs.popleft()
+                continue
+            names = list(job.names[job.done:job.done + self.chunk])
+            first = evaluate(job.policy_set, job.pod, names)
+            self.evaluated += len(names)
+            if job.done == 0 and job.speculative and not first:
+                self._jobs.popleft()  # its class was kept through the reload, or is being filled
+                continue
+            job.done += len(names)
+            if job.done >= len(job.names):
+                self._jobs.popleft()
