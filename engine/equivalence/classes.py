@@ -426,8 +426,11 @@ class EquivalenceCache:
     policies came from: a class is keyed by its policies' content, so one that a reload left
     alone keeps its results, and one whose policies changed is another class."""
 
-    def __init__(self, *, classes: int = 16, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, *, classes: int = 64, results: int | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.classes = classes
+        # Beyond what ``classes`` allows, tables go while all of them together remember more node
+        # results than this: many classes on a small cluster, few on a large one.
+        self.results = RESULTS_KEPT if results is None else results
         self.clock = clock  # what the classes measure their evaluations with
         self._generation = ""
         self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
@@ -480,6 +483,13 @@ class EquivalenceCache:
             table = self._tables[key] = ClassMemo(info_blind=blind, clock=self.clock)
             while len(self._tables) > 2 * self.classes:  # a filter and a score table per class
                 self._tables.popitem(last=False)
+            # Counted when a class comes (not per request): a table grows after that, by the
+            # window of each request, so the budget can be overrun by what the kept ones learn
+            # until the next class comes.
+            remembered = sum(map(_remembered, self._tables.values()))
+            while remembered > self.results and len(self._tables) > 2:
+                _, gone = self._tables.popitem(last=False)
+                remembered -= _remembered(gone)
         else:
             self._tables.move_to_end(key)
         return table
@@ -520,6 +530,17 @@ def namespace_fingerprint(namespace: Any, paths: Sequence[Path]) -> bytes | None
     seen = pod_fingerprint(namespace, paths)
     return None if seen is None else b"\0" + seen
 
+
+def _remembered(table: ClassMemo) -> int:
+    """Node results a table keeps: by name, and by node object (whole nodes)."""
+    return len(table.by_name) + len(table.result_of)
+
+
+# Node results kept across every class's tables before the least recently used go, whatever
+# ``classes`` allows: what 16 classes (a filter and a score table each) remember of 5,000 nodes,
+# the default before classes were counted against it. 64 classes of 1,000 nodes fit; at 5,000
+# nodes about 16 do. A result costs 150 to 300 bytes (0.3 to 0.6 MB per class per 1,000 nodes).
+RESULTS_KEPT = 2 * 16 * 5000
 
 MATCHES_KEPT = 4096  # remembered match outcomes, all forgotten at once past this
 PATHS_KEPT = 1024  # combinations of policies whose reads are kept, all forgotten at once past this
