@@ -7,7 +7,9 @@ configured by ``kpe scheduler-config``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -158,20 +160,29 @@ def delete_pods(plane: ControlPlane, namespace: str, timeout: float = 300) -> fl
 
 # -- kpe and kube-scheduler ------------------------------------------------------
 class Kpe:
-    def __init__(self, process: Process, port: int) -> None:
+    def __init__(self, process: Process, port: int, *, profiled: bool = False) -> None:
         self.process = process
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        self.profiled = profiled
 
     def stop(self) -> None:
+        if self.profiled and self.process.popen.poll() is None:
+            # uvicorn raises the signal again once it has shut down: SIGTERM would then end the
+            # process before cProfile writes its file, SIGINT unwinds through cProfile's own finally.
+            os.kill(self.process.popen.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.popen.wait(120)
         self.process.stop()
 
 
 def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, name: str = "kpe",
-              extra: tuple[str, ...] = (), timeout: float = 600, source: Path | None = None) -> tuple[Kpe, float]:
+              extra: tuple[str, ...] = (), timeout: float = 600, source: Path | None = None,
+              profile: Path | None = None) -> tuple[Kpe, float]:
     """``kpe serve`` on one plain-HTTP port with cluster access; returns it and the seconds from start to /readyz.
     ``source``: run the kpe of another source tree instead (``python -m server.cli.main`` there), e.g. an older commit
-    unpacked with ``git archive``."""
+    unpacked with ``git archive``. ``profile``: run it under cProfile, which writes that file when kpe exits (the event
+    loop's thread only: what the worker thread evaluates is not in it)."""
     port = free_port()
     # The controllers a deployment runs; an environment variable, which a tree from before
     # --controllers existed ignores (it ran them all by default).
@@ -180,11 +191,13 @@ def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, 
     if source is not None:
         command = [sys.executable, "-m", "server.cli"]
         env["PYTHONPATH"] = str(source)
+    if profile is not None:
+        command = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "server.cli"]
     argv = [*command, "serve", "--policies", str(policies), "--host", "127.0.0.1", "--port", str(port),
             "--cluster", "on", "--kubeconfig", str(plane.kpe_kubeconfig), "--log-level", "warning", *extra]
     t0 = time.monotonic()
     process = start(name, argv, workdir, env=env)
-    kpe = Kpe(process, port)
+    kpe = Kpe(process, port, profiled=profile is not None)
 
     def ready() -> bool:
         if not process.alive():

@@ -268,6 +268,9 @@ def main() -> int:
                          "kpe's latency histogram (bench/reload_round.py)")
     ap.add_argument("--reload-policy", default="team-node-pools",
                     help="the shipped policy whose file the reload round edits (default team-node-pools, which matches every pod)")
+    ap.add_argument("--profile", metavar="DIR", type=Path,
+                    help="run each kpe round's kpe under cProfile, writing DIR/kpe-ROUND.prof (its event loop only; "
+                         "read with python -m pstats); the profiler slows kpe, so not for the pods/s")
     ap.add_argument("--caps", action="store_true",
                     help="kpe serves the shipped policies and per-node caps that count pods on a node (nodeInfo), so every "
                          "filter counts the pods in flight")
@@ -326,7 +329,8 @@ def main() -> int:
                     elif setup in FLOORS:
                         config = rc.scheduler_config(plane, f"http://127.0.0.1:{floors[setup][1]}/scheduler", node_cache_capable=names, drop_preempt=True)
                     else:
-                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=sources[setup], policies=policies)
+                        profile = args.profile / f"kpe-{round_}.prof" if args.profile else None
+                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=sources[setup], policies=policies, profile=profile)
                         config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names, policies=policies)
                     if args.scheduler_qps > 0:
                         for c in (config, own) if own is not None else (config,):

@@ -97,6 +97,24 @@ def test_after_a_reload_the_classes_seen_last_are_filled_under_the_new_set_and_o
     assert not warming
 
 
+def test_at_start_up_one_pod_of_each_waiting_workload_is_filled_and_bound_gated_or_finished_pods_are_not() -> None:
+    policies = load_text(COSTED)
+    owned = [{"metadata": {"name": f"web-{i}", "namespace": "apps", "ownerReferences": [{"uid": "rs-web", "controller": True}]}, "spec": {}} for i in range(3)]
+    loose = [{"metadata": {"name": f"job-{i}", "namespace": "batch", "labels": {"app": "job"}}, "spec": {}} for i in range(2)]
+    others = [
+        {"metadata": {"name": "bound", "namespace": "apps"}, "spec": {"nodeName": "node-1"}},
+        {"metadata": {"name": "gated", "namespace": "apps"}, "spec": {"schedulingGates": [{"name": "kpe.dev/gpu-quota"}]}},
+        {"metadata": {"name": "done", "namespace": "apps"}, "spec": {}, "status": {"phase": "Succeeded"}},
+    ]
+    warming = Warming(chunk=5, step_s=100, clock=Ticks())
+    woken: list[bool] = []
+    warming.on_job = lambda: woken.append(True)
+    warming.pending(policies, owned + loose + others, NAMES)
+    evaluate = Calls()
+    warming.step(policies, evaluate)
+    assert [name for _, name, _ in evaluate.calls] == ["web-0", "job-0"] and woken == [True]
+
+
 def cached(nodes: list[dict[str, Any]]) -> tuple[TrackedNodeInfo, dict[str, NodeState]]:
     info, states = TrackedNodeInfo(), {}
     for name, view in node_info_map(nodes, []).items():

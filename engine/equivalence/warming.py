@@ -75,6 +75,28 @@ class Warming:
         for pod in reversed(self._recent):
             self._jobs.append(Job(policy_set, pod, names, speculative=True))
 
+    def pending(self, policy_set: PolicySet, pods: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
+        """At start-up, once the cache has synced: the classes of the pods waiting for a node (no
+        ``nodeName``, no scheduling gate), one pod per workload (its controller, else its namespace
+        and labels), as many as the classes seen last are kept. After a restart those are the
+        classes the scheduler asks about first."""
+        seen: set[Any] = set()
+        for pod in pods:
+            spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+            if spec.get("nodeName") or spec.get("schedulingGates") or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+                continue
+            owner = next((o.get("uid") for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+            key = owner or (meta.get("namespace"), tuple(sorted((meta.get("labels") or {}).items())))
+            if key in seen:
+                continue
+            seen.add(key)
+            self._jobs.append(Job(policy_set, pod, names, speculative=True))
+            self._recent.append(pod)
+            if len(seen) >= (self._recent.maxlen or 0):
+                break
+        if seen and self.on_job is not None:
+            self.on_job()
+
     def clear(self) -> None:
         """Drop every job (after an error: a job that fails would fail again)."""
         self._jobs.clear()

@@ -1,5 +1,6 @@
 """Filling equivalence classes ahead of the scheduler (``engine.equivalence.warming``): after a
-class's first filter with node names, and for the classes seen last after a reload.
+class's first filter with node names, for the classes seen last after a reload, and at start-up
+for the classes of the pods waiting for a node.
 
 Steps run on the event loop, about 2 ms each (``Warming.step_s``), only while the worker thread
 is idle (so the two never share the equivalence cache, as for a request evaluated in place),
@@ -68,7 +69,11 @@ async def run(state: ServerState, warming: Warming, stop: asyncio.Event) -> None
     warming.on_job = wake.set
     reloads = state.store.subscribe()
     serving = state.store.current
+    started = False
     while not stop.is_set():
+        if not started and state.cache is not None and state.cache.synced.is_set():
+            started = True
+            warming.pending(serving, state.cache.pods(), list(state.cache.states))
         if state.store.current is not serving:
             serving = state.store.current
             if state.cache is not None and state.cache.synced.is_set():
