@@ -15,7 +15,8 @@ remembered rules around them in the same order, so the verdict and reason
 are exactly those of a full evaluation), except on nodes where the operands
 of a top-level ``||`` that do not read ``now`` already hold. The rules
 themselves are bound once per class. Results are kept for at most ``classes``
-classes (least recently used go first), keyed by the content of the policies
+classes, fewer when together they would remember more than ``results`` node
+results (least recently used go first), keyed by the content of the policies
 that match the class (``PolicyReads.digest``) rather than by the set's
 generation: a reload that changes one policy leaves every class that policy
 does not match with its results, so a GitOps change to one team's policy is
