@@ -46,8 +46,8 @@ class Calls:
         self.calls: list[tuple[str, str, list[str]]] = []
         self.first = first or {}
 
-    def __call__(self, policy_set: PolicySet, pod: Any, names: list[str]) -> bool:
-        self.calls.append((policy_set.generation, pod["metadata"]["name"], names))
+    def __call__(self, policy_set: PolicySet, pod: Any, names: list[str], scores: bool) -> bool:
+        self.calls.append((policy_set.generation, pod["metadata"]["name"] + (" scores" if scores else ""), names))
         return self.first.get(pod["metadata"]["name"], True)
 
 
@@ -68,11 +68,24 @@ def test_a_class_s_first_request_fills_the_rest_of_the_cluster_a_chunk_at_a_time
     assert woken == [True] and warming
     evaluate = Calls()
     warming.step(policies, evaluate)
-    assert [names for _, _, names in evaluate.calls] == [["node-0", "node-1"], ["node-2", "node-3"]]
-    warming.step(policies, evaluate)
-    assert [names for _, _, names in evaluate.calls][2:] == [["node-4"]]
+    assert [(name, names) for _, name, names in evaluate.calls] == [("web-1", ["node-0", "node-1"]), ("web-1", ["node-2", "node-3"])]
+    for _ in range(2):
+        warming.step(policies, evaluate)
+    assert [(name, names) for _, name, names in evaluate.calls][2:] == [
+        ("web-1", ["node-4"]), ("web-1 scores", ["node-0", "node-1"]), ("web-1 scores", ["node-2", "node-3"]), ("web-1 scores", ["node-4"]),
+    ], "the filter on every node, then the scores"
     assert not warming, "every name evaluated: the job is done"
-    assert warming.evaluated == 5
+    assert warming.evaluated == 10
+
+
+def test_every_class_waiting_has_its_filter_filled_before_any_class_its_scores() -> None:
+    policies = load_text(COSTED)
+    warming = Warming(chunk=5, step_s=100, clock=Ticks())
+    for name in ("web-1", "api-1"):
+        warming.first_request(policies, pod(name), NAMES)
+    evaluate = Calls()
+    warming.step(policies, evaluate)
+    assert [name for _, name, _ in evaluate.calls] == ["web-1", "api-1", "web-1 scores", "api-1 scores"]
 
 
 def test_a_job_of_a_policy_set_no_longer_serving_is_dropped_unevaluated() -> None:
@@ -93,7 +106,9 @@ def test_after_a_reload_the_classes_seen_last_are_filled_under_the_new_set_and_o
     # api-1's class kept its results through the reload (or a request is filling it): not the first to fill it.
     evaluate = Calls(first={"api-1": False})
     warming.step(new, evaluate)
-    assert [(generation, name) for generation, name, _ in evaluate.calls] == [(new.generation, "batch-1")] * 3 + [(new.generation, "api-1")]
+    assert [(generation, name) for generation, name, _ in evaluate.calls] == (
+        [(new.generation, "batch-1")] * 3 + [(new.generation, "api-1")] + [(new.generation, "batch-1 scores")] * 3
+    )
     assert not warming
 
 
@@ -112,7 +127,7 @@ def test_at_start_up_one_pod_of_each_waiting_workload_is_filled_and_bound_gated_
     warming.pending(policies, owned + loose + others, NAMES)
     evaluate = Calls()
     warming.step(policies, evaluate)
-    assert [name for _, name, _ in evaluate.calls] == ["web-0", "job-0"] and woken == [True]
+    assert [name for _, name, _ in evaluate.calls] == ["web-0", "job-0", "web-0 scores", "job-0 scores"] and woken == [True]
 
 
 def cached(nodes: list[dict[str, Any]]) -> tuple[TrackedNodeInfo, dict[str, NodeState]]:
@@ -131,7 +146,7 @@ def test_a_filled_class_answers_a_window_it_was_never_asked_about_from_memory_an
     memo = EquivalenceCache()
     names = [n["metadata"]["name"] for n in nodes]
 
-    def evaluate(policy_set: PolicySet, pod: Any, chunk: list[str]) -> bool:
+    def evaluate(policy_set: PolicySet, pod: Any, chunk: list[str], scores: bool) -> bool:
         return filter_nodes(policy_set, pod, NodesByName(chunk, states), node_info=info, memo=memo).first_of_class
 
     first = filter_nodes(policies, POD, NodesByName(names[:10], states), node_info=info, memo=memo)
@@ -148,7 +163,7 @@ def test_a_filled_class_answers_a_window_it_was_never_asked_about_from_memory_an
     edited = load_text(COSTED + "---\n" + OTHER.replace("keeps off r2", "keeps off rack r2"))
     warming.reloaded(edited, names)
     calls: list[list[str]] = []
-    warming.step(edited, lambda p, q, chunk: calls.append(chunk) or evaluate(p, q, chunk))
+    warming.step(edited, lambda p, q, chunk, scores: calls.append(chunk) or evaluate(p, q, chunk, scores))
     assert calls == [names[:8]] and not warming
 
 

@@ -5,8 +5,8 @@ for each pod, so a class that starts empty (a new Deployment, every class after 
 the classes of a policy a reload changed) evaluates a window on each of its first pods: at
 5,000 nodes ten requests of tens of milliseconds, where a warm class answers in a fraction of
 one. Once a class's first request has been answered, the same pod is evaluated against every
-other node in the background, a few nodes at a time, so its next pods find their windows
-remembered. Nothing extra is evaluated in the end: the class's next pods would have evaluated
+other node in the background, a few nodes at a time (the filter of every class waiting first,
+then the scores of the nodes it passes), so its next pods find their windows remembered. Nothing extra is evaluated in the end: the class's next pods would have evaluated
 those nodes anyway, on the scheduler's clock.
 
 After a reload, the classes whose first pods were seen most recently are filled again under the
@@ -28,9 +28,10 @@ from typing import Any
 
 from engine.policy.model import PolicySet
 
-Evaluate = Callable[[PolicySet, Mapping[str, Any], list[str]], bool]
-"""Evaluates a pod against some node names through the equivalence cache; returns whether this
-call was the first to fill its class (``FilterResult.first_of_class``)."""
+Evaluate = Callable[[PolicySet, Mapping[str, Any], list[str], bool], bool]
+"""Evaluates a pod against some node names through the equivalence cache, the filter (``scores``
+False) or the scores of the nodes the filter passes (True); returns whether this call was the first
+to fill its class (``FilterResult.first_of_class``)."""
 
 
 @dataclass(slots=True)
@@ -43,6 +44,7 @@ class Job:
     # request asked about (a class from before a reload) ends at once when its class is filled
     # or being filled already.
     speculative: bool = False
+    scores: bool = False  # the second pass: the scores of the nodes the filter passes
 
 
 class Warming:
@@ -111,11 +113,16 @@ class Warming:
                 self._jobs.popleft()
                 continue
             names = list(job.names[job.done:job.done + self.chunk])
-            first = evaluate(job.policy_set, job.pod, names)
+            first = evaluate(job.policy_set, job.pod, names, job.scores)
             self.evaluated += len(names)
-            if job.done == 0 and job.speculative and not first:
+            if job.done == 0 and job.speculative and not job.scores and not first:
                 self._jobs.popleft()  # its class was kept through the reload, or is being filled
                 continue
             job.done += len(names)
             if job.done >= len(job.names):
                 self._jobs.popleft()
+                if not job.scores:
+                    # Every class's filter before any class's scores: the filter is what the
+                    # scheduler's next pods wait for first, and a prioritize is often worked out
+                    # ahead of its request.
+                    self._jobs.append(Job(job.policy_set, job.pod, job.names, scores=True))

@@ -36,13 +36,14 @@ PAUSE_S = 0.001  # between steps: what waits for the event loop runs first
 IDLE_WAIT_S = 1.0  # without jobs: how often the task looks at the policy set without being woken
 
 
-def evaluate(state: ServerState, policy_set: PolicySet, pod: Mapping[str, Any], names: list[str]) -> bool:
-    """The filter on ``names``, then the scores of the nodes it passed (what prioritize is asked),
-    as the verbs evaluate them, through the equivalence cache; whether the filter was its class's first."""
+def evaluate(state: ServerState, policy_set: PolicySet, pod: Mapping[str, Any], names: list[str], scores: bool) -> bool:
+    """The filter on ``names``, and with ``scores`` the scores of the nodes it passed (what prioritize
+    is asked; the filter's results are remembered by then), as the verbs evaluate them, through the
+    equivalence cache; whether the filter was its class's first."""
     deadline = Deadline.after(state.settings.request_deadline_s)
     result = filter_nodes(policy_set, pod, state.nodes_by_name(names), node_info=state.node_info(), memo=state.equivalence, deadline=deadline,
                           counts=state.counts(), namespaces=state.namespaces())
-    if result.passed and state.lookahead.worth_working(policy_set, state.equivalence):
+    if scores and result.passed and state.lookahead.worth_working(policy_set, state.equivalence):
         score_nodes(policy_set, pod, state.nodes_by_name(result.passed), node_info=state.node_info(), memo=state.equivalence, deadline=deadline,
                     encode=host_priority, counts=state.counts(), namespaces=state.namespaces())
     return result.first_of_class
@@ -53,7 +54,7 @@ def step(state: ServerState, warming: Warming) -> None:
     gc.disable()  # as around a verb: the objects made here are gone before the collector would look
     before = warming.evaluated
     try:
-        warming.step(state.store.current, lambda policy_set, pod, names: evaluate(state, policy_set, pod, names))
+        warming.step(state.store.current, lambda policy_set, pod, names, scores: evaluate(state, policy_set, pod, names, scores))
     except Exception:
         log.exception("internal error filling an equivalence class ahead of the scheduler")
         warming.clear()
