@@ -236,6 +236,7 @@ def kpe_stats(url: str) -> dict[str, float]:
     out["ahead_s"] = m("kpe_prioritize_ahead_seconds_total")
     out["events"] = m("kpe_cache_events_total")
     out["events_s"] = m("kpe_cache_event_seconds_total")
+    out["warmed"] = m("kpe_equivalence_warmed_nodes_total")
     return out
 
 
@@ -436,7 +437,8 @@ def main() -> int:
             loops.append(f"{kpe_setup}'s event loop per scheduled pod ({mode}): {1000 * requests_s / pods:.2f} ms answering the scheduler, "
                          f"{1000 * total.get('ahead_s', 0.0) / pods:.2f} ms working out prioritize answers ahead, "
                          f"{1000 * total['events_s'] / pods:.2f} ms applying {total['events'] / pods:.1f} watch events "
-                         f"({1e6 * total['events_s'] / max(total['events'], 1):.0f} µs each)")
+                         f"({1e6 * total['events_s'] / max(total['events'], 1):.0f} µs each); "
+                         f"{total.get('warmed', 0.0) / pods:.0f} nodes evaluated ahead for classes (--warm-classes)")
             expected = sum(total.get(f"ahead_{o}", 0.0) for o in ("answered", "rescored", "unasked"))
             if expected:
                 loops.append(f"{kpe_setup}'s prioritize expected after a filter ({mode}): " + ", ".join(
