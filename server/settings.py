@@ -166,8 +166,9 @@ class Settings:
         default=True,
         metadata={
             "group": "cluster access and cache",
-            "help": "after an equivalence class's first filter with node names, and for the classes seen last after a policy reload, "
-            "evaluate the rest of the cluster's nodes for it in the background, a few at a time between requests, so its next pods "
+            "help": "after an equivalence class's first filter with node names, for the classes seen last after a policy reload, and at "
+            "start-up for the pods waiting for a node: "
+            "evaluate the rest of the cluster's nodes for it in the background (steps of about 2 ms on the worker thread, while it is idle), so its next pods "
             "find their nodes remembered"
         },
     )

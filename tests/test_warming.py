@@ -29,13 +29,13 @@ spec:
 
 
 class Ticks:
-    """A clock that moves one second each time it is read."""
+    """A clock that moves ``step`` seconds each time it is read (once before a step, once after each evaluation)."""
 
-    def __init__(self) -> None:
-        self.now = 0.0
+    def __init__(self, step: float = 1.0) -> None:
+        self.step, self.now = step, 0.0
 
     def __call__(self) -> float:
-        self.now += 1.0
+        self.now += self.step
         return self.now
 
 
@@ -60,8 +60,9 @@ NAMES = [f"node-{i}" for i in range(5)]
 
 def test_a_class_s_first_request_fills_the_rest_of_the_cluster_a_chunk_at_a_time_each_step_for_its_time() -> None:
     policies = load_text(COSTED)
-    # step_s 2.5 on a clock read once before and once per chunk: two chunks a step.
-    warming = Warming(chunk=2, step_s=2.5, clock=Ticks())
+    # A second per evaluation against a step of 1.5 s: two evaluations a step, neither so quick that
+    # the chunk grows (under step_s / 8) nor so slow that it shrinks (over step_s).
+    warming = Warming(chunk=2, first_chunk=2, step_s=1.5, clock=Ticks())
     woken: list[bool] = []
     warming.on_job = lambda: woken.append(True)
     warming.first_request(policies, pod("web-1"), NAMES)
@@ -80,7 +81,7 @@ def test_a_class_s_first_request_fills_the_rest_of_the_cluster_a_chunk_at_a_time
 
 def test_every_class_waiting_has_its_filter_filled_before_any_class_its_scores() -> None:
     policies = load_text(COSTED)
-    warming = Warming(chunk=5, step_s=100, clock=Ticks())
+    warming = Warming(chunk=5, first_chunk=5, step_s=100, clock=Ticks())
     for name in ("web-1", "api-1"):
         warming.first_request(policies, pod(name), NAMES)
     evaluate = Calls()
@@ -90,7 +91,7 @@ def test_every_class_waiting_has_its_filter_filled_before_any_class_its_scores()
 
 def test_a_job_of_a_policy_set_no_longer_serving_is_dropped_unevaluated() -> None:
     old, new = load_text(COSTED), load_text(COSTED + "\n", file="other.yaml")
-    warming = Warming(chunk=2, step_s=10, clock=Ticks())
+    warming = Warming(chunk=2, first_chunk=2, step_s=10, clock=Ticks())
     warming.first_request(old, pod("web-1"), NAMES)
     evaluate = Calls()
     warming.step(new, evaluate)
@@ -99,7 +100,7 @@ def test_a_job_of_a_policy_set_no_longer_serving_is_dropped_unevaluated() -> Non
 
 def test_after_a_reload_the_classes_seen_last_are_filled_under_the_new_set_and_one_already_filled_ends_at_its_first_chunk() -> None:
     old, new = load_text(COSTED), load_text(COSTED.replace("not an ml node", "not an ml node (edited)"))
-    warming = Warming(chunk=2, step_s=100, clock=Ticks(), recent=2)
+    warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks(), recent=2)
     for name in ("web-1", "api-1", "batch-1"):  # the oldest falls out of the two kept
         warming.first_request(old, pod(name), NAMES)
     warming.reloaded(new, NAMES)
@@ -121,13 +122,33 @@ def test_at_start_up_one_pod_of_each_waiting_workload_is_filled_and_bound_gated_
         {"metadata": {"name": "gated", "namespace": "apps"}, "spec": {"schedulingGates": [{"name": "kpe.dev/gpu-quota"}]}},
         {"metadata": {"name": "done", "namespace": "apps"}, "spec": {}, "status": {"phase": "Succeeded"}},
     ]
-    warming = Warming(chunk=5, step_s=100, clock=Ticks())
+    warming = Warming(chunk=5, first_chunk=5, step_s=100, clock=Ticks())
     woken: list[bool] = []
     warming.on_job = lambda: woken.append(True)
     warming.pending(policies, owned + loose + others, NAMES)
     evaluate = Calls()
     warming.step(policies, evaluate)
     assert [name for _, name, _ in evaluate.calls] == ["web-0", "job-0", "web-0 scores", "job-0 scores"] and woken == [True]
+
+
+def test_a_chunk_doubles_while_quick_and_halves_when_one_evaluation_takes_longer_than_a_step() -> None:
+    policies = load_text(COSTED)
+    names = [f"node-{i}" for i in range(40)]
+    quick = Warming(chunk=8, first_chunk=1, step_s=0.625, clock=Ticks(0.0625))  # each evaluation a tenth of a step (exact in binary)
+    quick.first_request(policies, pod("web-1"), names)
+    evaluate = Calls()
+    quick.step(policies, evaluate)
+    # Ten evaluations fill the step: the filter on all 40 names, then the scores go on at the size reached.
+    assert [(name, len(chunk)) for _, name, chunk in evaluate.calls] == (
+        [("web-1", n) for n in (1, 2, 4, 8, 8, 8, 8, 1)] + [("web-1 scores", 8)] * 2
+    )
+
+    slow = Warming(chunk=8, first_chunk=4, step_s=1.0, clock=Ticks(3.0))  # each evaluation three steps
+    slow.first_request(policies, pod("web-1"), names)
+    evaluate = Calls()
+    for _ in range(4):
+        slow.step(policies, evaluate)  # one evaluation a step: it alone overruns the step
+    assert [len(chunk) for _, _, chunk in evaluate.calls] == [4, 2, 1, 1]
 
 
 def cached(nodes: list[dict[str, Any]]) -> tuple[TrackedNodeInfo, dict[str, NodeState]]:
@@ -151,7 +172,7 @@ def test_a_filled_class_answers_a_window_it_was_never_asked_about_from_memory_an
 
     first = filter_nodes(policies, POD, NodesByName(names[:10], states), node_info=info, memo=memo)
     assert first.first_of_class and first.memo_misses == 10
-    warming = Warming(chunk=8, step_s=1000, clock=Ticks())
+    warming = Warming(chunk=8, first_chunk=8, step_s=1000, clock=Ticks())
     warming.first_request(policies, POD, names)
     warming.step(policies, evaluate)
     assert not warming

@@ -45,14 +45,19 @@ class Job:
     # or being filled already.
     speculative: bool = False
     scores: bool = False  # the second pass: the scores of the nodes the filter passes
+    size: int = 1  # names per evaluation, grown or shrunk by how long the last one took
 
 
 class Warming:
     """Jobs of classes to fill, oldest first, and the first pods of the classes seen last."""
 
-    def __init__(self, *, chunk: int = 32, recent: int = 16, jobs: int = 64, step_s: float = 0.002,
+    def __init__(self, *, chunk: int = 32, first_chunk: int = 2, recent: int = 16, jobs: int = 64, step_s: float = 0.002,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        self.chunk = chunk  # names per evaluation: small, so a step overruns its time by little
+        # Names per evaluation: a job starts at ``first_chunk`` and doubles while an evaluation takes
+        # under an eighth of a step, up to ``chunk``; halves when one takes longer than a step. A
+        # slow policy is evaluated a node at a time, so a step overruns its time by one node at most.
+        self.chunk = chunk
+        self.first_chunk = first_chunk
         self.step_s = step_s  # how long one step evaluates before handing the event loop back
         self.clock = clock
         self._jobs: deque[Job] = deque(maxlen=jobs)  # a burst of new classes drops the oldest jobs
@@ -66,7 +71,7 @@ class Warming:
     def first_request(self, policy_set: PolicySet, pod: Mapping[str, Any], names: Sequence[str]) -> None:
         """A request was the first to fill ``pod``'s class: fill it with ``names`` (the cluster's nodes)."""
         self._recent.append(pod)
-        self._jobs.append(Job(policy_set, pod, names))
+        self._jobs.append(Job(policy_set, pod, names, size=self.first_chunk))
         if self.on_job is not None:
             self.on_job()
 
@@ -75,7 +80,7 @@ class Warming:
         filled under ``policy_set``, the most recent first."""
         self._jobs.clear()
         for pod in reversed(self._recent):
-            self._jobs.append(Job(policy_set, pod, names, speculative=True))
+            self._jobs.append(Job(policy_set, pod, names, speculative=True, size=self.first_chunk))
 
     def pending(self, policy_set: PolicySet, pods: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
         """At start-up, once the cache has synced: the classes of the pods waiting for a node (no
@@ -92,7 +97,7 @@ class Warming:
             if key in seen:
                 continue
             seen.add(key)
-            self._jobs.append(Job(policy_set, pod, names, speculative=True))
+            self._jobs.append(Job(policy_set, pod, names, speculative=True, size=self.first_chunk))
             self._recent.append(pod)
             if len(seen) >= (self._recent.maxlen or 0):
                 break
@@ -106,14 +111,21 @@ class Warming:
     def step(self, current: PolicySet, evaluate: Evaluate) -> None:
         """Evaluate chunks of the oldest jobs for about ``step_s``; a job of a set no longer
         ``current`` is dropped (a reload queues its own)."""
-        start = self.clock()
-        while self._jobs and self.clock() - start < self.step_s:
+        start = now = self.clock()
+        while self._jobs and now - start < self.step_s:
             job = self._jobs[0]
             if job.policy_set is not current:
                 self._jobs.popleft()
                 continue
-            names = list(job.names[job.done:job.done + self.chunk])
+            names = list(job.names[job.done:job.done + job.size])
+            before = now
             first = evaluate(job.policy_set, job.pod, names, job.scores)
+            now = self.clock()
+            took = now - before
+            if took > self.step_s:
+                job.size = max(1, job.size // 2)
+            elif took < self.step_s / 8:
+                job.size = min(self.chunk, job.size * 2)
             self.evaluated += len(names)
             if job.done == 0 and job.speculative and not job.scores and not first:
                 self._jobs.popleft()  # its class was kept through the reload, or is being filled
@@ -125,4 +137,4 @@ class Warming:
                     # Every class's filter before any class's scores: the filter is what the
                     # scheduler's next pods wait for first, and a prioritize is often worked out
                     # ahead of its request.
-                    self._jobs.append(Job(job.policy_set, job.pod, job.names, scores=True))
+                    self._jobs.append(Job(job.policy_set, job.pod, job.names, scores=True, size=job.size))

@@ -2,20 +2,17 @@
 class's first filter with node names, for the classes seen last after a reload, and at start-up
 for the classes of the pods waiting for a node.
 
-Steps run on the event loop, about 2 ms each (``Warming.step_s``), only while the worker thread
-is idle (so the two never share the equivalence cache, as for a request evaluated in place),
-with a pause between steps so that requests and watch events waiting for the loop go first. A
-request never waits for more than one step. The worker thread would not shorten that wait (a
-request queued behind a step there waits as long, and pays the hand-off to the thread and back),
-and it would send every request that arrives meanwhile to the thread, since the loop evaluates
-only while the thread is idle.
+Steps run on the worker thread, about 2 ms each (``Warming.step_s``; a slow policy is evaluated a
+node at a time), one at a time and only while the thread is idle, with a pause between steps in
+which the event loop evaluates in place again: a request that comes during a step waits for that
+step at most, and a slow policy never holds up the event loop (its probes, watch events, the
+webhook), as it never does for a request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -50,8 +47,7 @@ def evaluate(state: ServerState, policy_set: PolicySet, pod: Mapping[str, Any], 
 
 
 def step(state: ServerState, warming: Warming) -> None:
-    collecting = gc.isenabled()
-    gc.disable()  # as around a verb: the objects made here are gone before the collector would look
+    """One step, on the worker thread."""
     before = warming.evaluated
     try:
         warming.step(state.store.current, lambda policy_set, pod, names, scores: evaluate(state, policy_set, pod, names, scores))
@@ -59,8 +55,6 @@ def step(state: ServerState, warming: Warming) -> None:
         log.exception("internal error filling an equivalence class ahead of the scheduler")
         warming.clear()
     finally:
-        if collecting:
-            gc.enable()
         state.metrics.warmed.inc(warming.evaluated - before)
 
 
@@ -82,7 +76,7 @@ async def run(state: ServerState, warming: Warming, stop: asyncio.Event) -> None
         ready = state.cache is not None and not cache_unusable(state)
         if warming and ready:
             if state.worker.idle:
-                step(state, warming)
+                await state.worker.run(step, state, warming)
             await asyncio.sleep(PAUSE_S)  # after a step, or after the worker thread's call
             continue
         wake.clear()
