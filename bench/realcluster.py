@@ -7,7 +7,9 @@ configured by ``kpe scheduler-config``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,7 +41,7 @@ from tests.e2e.controlplane import (  # noqa: E402
 
 __all__ = [
     "ADMIN_TOKEN", "BIN", "HOW_TO_GET", "ControlPlane", "Process", "binaries_present", "control_plane", "free_port",
-    "kpe_executable", "start", "wait_until", "ROOT", "POLICIES", "ZONES", "TEAMS", "create_nodes", "run_many",
+    "kpe_executable", "start", "wait_until", "ROOT", "POLICIES", "ZONES", "TEAMS", "SHAPES", "create_nodes", "run_many",
     "start_kpe", "start_scheduler", "scheduler_config", "rss", "metrics", "delete_pods", "now",
 ]
 
@@ -94,11 +96,18 @@ def run_many(plane: ControlPlane, calls: Iterable[tuple[str, str, Any]], concurr
     return time.monotonic() - t0
 
 
-def node_object(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
+SHAPES = ("default", "tainted-gpu", "many-teams")
+"""Cluster shapes (``scheduler_bench.py --shape``): ``default``, the nodes below; ``tainted-gpu``,
+a quarter of them GPU nodes with the GPU taint; ``many-teams``, the default nodes with many small
+team namespaces (the pods differ, ``scheduler_bench.py`` says how)."""
+
+
+def node_object(i: int, *, shape: str = "default") -> tuple[dict[str, Any], dict[str, Any]]:
     """Node i and its status: 4 % GPU nodes (8 GPUs, no taint), 10 % arm64, 30 % in a team pool,
-    2 % in maintenance, spread over three zones; all Ready, no taints."""
+    2 % in maintenance, spread over three zones; all Ready, no taints. ``tainted-gpu``: a quarter
+    are GPU nodes, tainted ``nvidia.com/gpu=present:NoSchedule`` as GPU node pools are."""
     zone = ZONES[i % len(ZONES)]
-    gpu = i % 25 == 0
+    gpu = i % 4 == 0 if shape == "tainted-gpu" else i % 25 == 0
     arm = i % 10 == 3
     name = f"{'gpu' if gpu else 'cpu'}-{zone}-{i:05d}"
     labels = {
@@ -113,7 +122,10 @@ def node_object(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
     allocatable = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
     if gpu:
         allocatable["nvidia.com/gpu"] = "8"
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": {}}
+    spec: dict[str, Any] = {}
+    if gpu and shape == "tainted-gpu":
+        spec["taints"] = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": spec}
     status = {"status": {
         "capacity": allocatable, "allocatable": allocatable,
         "conditions": [
@@ -130,8 +142,8 @@ def node_object(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
     return node, status
 
 
-def create_nodes(plane: ControlPlane, count: int, concurrency: int = 16) -> tuple[list[str], float]:
-    objects = [node_object(i) for i in range(count)]
+def create_nodes(plane: ControlPlane, count: int, concurrency: int = 16, *, shape: str = "default") -> tuple[list[str], float]:
+    objects = [node_object(i, shape=shape) for i in range(count)]
     t = run_many(plane, [("POST", "/api/v1/nodes", node) for node, _ in objects], concurrency)
     t += run_many(plane, [("PATCH", f"/api/v1/nodes/{node['metadata']['name']}/status", status) for node, status in objects], concurrency)
     return [node["metadata"]["name"] for node, _ in objects], t
@@ -148,20 +160,29 @@ def delete_pods(plane: ControlPlane, namespace: str, timeout: float = 300) -> fl
 
 # -- kpe and kube-scheduler ------------------------------------------------------
 class Kpe:
-    def __init__(self, process: Process, port: int) -> None:
+    def __init__(self, process: Process, port: int, *, profiled: bool = False) -> None:
         self.process = process
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        self.profiled = profiled
 
     def stop(self) -> None:
+        if self.profiled and self.process.popen.poll() is None:
+            # uvicorn raises the signal again once it has shut down: SIGTERM would then end the
+            # process before cProfile writes its file, SIGINT unwinds through cProfile's own finally.
+            os.kill(self.process.popen.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.popen.wait(120)
         self.process.stop()
 
 
 def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, name: str = "kpe",
-              extra: tuple[str, ...] = (), timeout: float = 600, source: Path | None = None) -> tuple[Kpe, float]:
+              extra: tuple[str, ...] = (), timeout: float = 600, source: Path | None = None,
+              profile: Path | None = None) -> tuple[Kpe, float]:
     """``kpe serve`` on one plain-HTTP port with cluster access; returns it and the seconds from start to /readyz.
     ``source``: run the kpe of another source tree instead (``python -m server.cli.main`` there), e.g. an older commit
-    unpacked with ``git archive``."""
+    unpacked with ``git archive``. ``profile``: run it under cProfile, which writes that file when kpe exits (the event
+    loop's thread only: what the worker thread evaluates is not in it)."""
     port = free_port()
     # The controllers a deployment runs; an environment variable, which a tree from before
     # --controllers existed ignores (it ran them all by default).
@@ -170,11 +191,13 @@ def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, 
     if source is not None:
         command = [sys.executable, "-m", "server.cli"]
         env["PYTHONPATH"] = str(source)
+    if profile is not None:
+        command = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "server.cli"]
     argv = [*command, "serve", "--policies", str(policies), "--host", "127.0.0.1", "--port", str(port),
             "--cluster", "on", "--kubeconfig", str(plane.kpe_kubeconfig), "--log-level", "warning", *extra]
     t0 = time.monotonic()
     process = start(name, argv, workdir, env=env)
-    kpe = Kpe(process, port)
+    kpe = Kpe(process, port, profiled=profile is not None)
 
     def ready() -> bool:
         if not process.alive():

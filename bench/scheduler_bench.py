@@ -4,6 +4,7 @@ extender, a do-nothing extender (the floor), and kpe with the shipped policies.
     python bench/scheduler_bench.py                         # 1,000 nodes, 1,000 pods, 3 pairs, names and nodes
     python bench/scheduler_bench.py --modes names --pairs 5
     python bench/scheduler_bench.py --nodes 5000 --modes names
+    python bench/scheduler_bench.py --modes names --shape tainted-gpu    # another cluster (--shape)
 
 etcd and kube-apiserver run on loopback (``tests/e2e/controlplane.py``; the
 binaries from ``$KPE_K8S_BIN`` or ``~/.cache/kpe-k8s/bin``, skipped without them).
@@ -34,6 +35,14 @@ Setups alternate within each pair (none, floor, kpe, none, floor, kpe, ...):
   ``spec.schedulerName`` and goes through kpe, the rest go to the default scheduler
   without an extender, batched. The round line adds each scheduler's own pods/s.
 
+Shapes (``--shape``): ``default`` as above, pods of four Deployments in one
+namespace; ``tainted-gpu``, a quarter of the nodes GPU nodes tainted
+``nvidia.com/gpu`` (kube-scheduler filters them out before kpe) and every pod
+alike; ``many-teams``, the default nodes and pods of 30 small team namespaces,
+two Deployments each, created interleaved (60 equivalence classes in flight).
+Beside each setup's pods/s the table shows its extender's CPU per scheduled pod
+(kpe's or the floor's, from /proc/PID/stat).
+
 Modes: ``names`` (nodeCacheCapable: true) and ``nodes`` (whole Node objects,
 ``--no-node-cache-capable``; 300 pods a round by default, ``--pods-whole-nodes``).
 """
@@ -57,6 +66,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import realcluster as rc  # noqa: E402
+import reload_round  # noqa: E402
 from server_bench import FLOOR_APP  # noqa: E402 - the same do-nothing extender: Starlette, uvicorn, orjson
 
 NAMESPACE = "batch"  # bin-packing scores pods here
@@ -87,22 +97,47 @@ TEMPLATES = [
     {"team": "platform", "kpe.dev/zone": "us-east-1b"},
     {},
 ]
+# many-teams: this many team namespaces, two Deployments each (one pinned to a zone), so 2 * TEAM_COUNT
+# classes: the first teams own the node pools of realcluster.TEAMS, the rest have none.
+TEAM_COUNT = 30
 
 
 OWN_SCHEDULER = "kpe-scheduler"  # the own setup's second kube-scheduler, kpe's (deploy/scheduler/)
 
 
-def pod(i: int, round_: int, *, scheduler_name: str = "") -> dict[str, Any]:
-    t = i % len(TEMPLATES)
-    labels = {"app": f"app-{t}", "pod-template-hash": f"5d8f{t}c7b9", **TEMPLATES[t]}
+def templates(shape: str) -> list[tuple[str, str, dict[str, str]]]:
+    """The shape's pod templates: (namespace, app, labels beyond app); pod i takes template i modulo their number.
+    default: four Deployments in one namespace; tainted-gpu: one (every pod alike); many-teams:
+    TEAM_COUNT small team namespaces of two Deployments each."""
+    if shape == "tainted-gpu":
+        return [(NAMESPACE, "web", {})]
+    if shape == "many-teams":
+        out = []
+        for k in range(TEAM_COUNT):
+            team = rc.TEAMS[k] if k < len(rc.TEAMS) else f"team-{k:02d}"
+            out.append((f"team-{k:02d}", f"{team}-api", {"team": team}))
+            out.append((f"team-{k:02d}", f"{team}-worker", {"team": team, "kpe.dev/zone": rc.ZONES[k % len(rc.ZONES)]}))
+        return out
+    return [(NAMESPACE, f"app-{t}", labels) for t, labels in enumerate(TEMPLATES)]
+
+
+def namespaces(shape: str) -> list[str]:
+    return sorted({ns for ns, _, _ in templates(shape)})
+
+
+def pod(i: int, round_: int, *, scheduler_name: str = "", shape: str = "default") -> dict[str, Any]:
+    shaped = templates(shape)
+    t = i % len(shaped)
+    namespace, app, extra = shaped[t]
+    labels = {"app": app, "pod-template-hash": f"5d8f{t}c7b9", **extra}
     spec: dict[str, Any] = {
-        "containers": [{"name": "main", "image": f"registry.example.com/app-{t}:1.0",
+        "containers": [{"name": "main", "image": f"registry.example.com/{app}:1.0",
                         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}}],
         "terminationGracePeriodSeconds": 30,
     }
     if scheduler_name:
         spec["schedulerName"] = scheduler_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"app-{t}-r{round_}-{i:05d}", "namespace": NAMESPACE, "labels": labels}, "spec": spec}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{app}-r{round_}-{i:05d}", "namespace": namespace, "labels": labels}, "spec": spec}
 
 
 def to_own(i: int, share: float) -> bool:
@@ -111,7 +146,7 @@ def to_own(i: int, share: float) -> bool:
 
 
 class BindWatch(threading.Thread):
-    """Watches the namespace's pods and records when each one first has a nodeName."""
+    """Watches every namespace's pods and records when each one first has a nodeName."""
 
     def __init__(self, plane: rc.ControlPlane, resource_version: str, target: int) -> None:
         super().__init__(daemon=True)
@@ -125,7 +160,7 @@ class BindWatch(threading.Thread):
             headers = {"Authorization": f"Bearer {rc.ADMIN_TOKEN}"}
             params = {"watch": "1", "resourceVersion": self.rv, "timeoutSeconds": "1800"}
             with httpx.Client(verify=False, timeout=httpx.Timeout(10, read=None), headers=headers) as client, \
-                    client.stream("GET", f"{self.plane.url}/api/v1/namespaces/{NAMESPACE}/pods", params=params) as response:
+                    client.stream("GET", f"{self.plane.url}/api/v1/pods", params=params) as response:
                 for line in response.iter_lines():
                     if not line:
                         continue
@@ -147,7 +182,7 @@ class BindWatch(threading.Thread):
 
 def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pods: int, round_: int, timeout: float,
               cpu: dict[str, float], extender_pid: int | None, *, own: dict[str, Any] | None = None, own_share: float = 0.0,
-              split: dict[str, float] | None = None) -> tuple[float, float]:
+              split: dict[str, float] | None = None, shape: str = "default") -> tuple[float, float]:
     """Restart kube-scheduler with ``config`` (and with ``own``, kpe's own scheduler beside it, which
     ``own_share`` of the pods name), create the pods; returns pods/s from the first create to the
     last binding, and the seconds the creates took. Adds each process's CPU seconds over the round to
@@ -163,13 +198,13 @@ def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pod
         pids["extender"] = extender_pid
     before = {name: rc.cpu_seconds(pid) for name, pid in pids.items()}
     try:
-        rv = plane.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["metadata"]["resourceVersion"]
+        rv = plane.api.get("/api/v1/pods", params={"limit": 1})["metadata"]["resourceVersion"]
         watch = BindWatch(plane, rv, pods)
         watch.start()
         time.sleep(0.2)  # the watch is established
         t0 = time.monotonic()
-        bodies = [pod(i, round_, scheduler_name=OWN_SCHEDULER if own is not None and to_own(i, own_share) else "") for i in range(pods)]
-        created = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body) for body in bodies], 16)
+        bodies = [pod(i, round_, scheduler_name=OWN_SCHEDULER if own is not None and to_own(i, own_share) else "", shape=shape) for i in range(pods)]
+        created = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{body['metadata']['namespace']}/pods", body) for body in bodies], 16)
         if not watch.done.wait(timeout):
             raise RuntimeError(f"round {round_}: {len(watch.bound)} of {pods} pods bound after {timeout:.0f} s\n" + "\n".join(s.tail(20) for s in schedulers))
         if watch.error is not None:
@@ -201,6 +236,7 @@ def kpe_stats(url: str) -> dict[str, float]:
     out["ahead_s"] = m("kpe_prioritize_ahead_seconds_total")
     out["events"] = m("kpe_cache_events_total")
     out["events_s"] = m("kpe_cache_event_seconds_total")
+    out["warmed"] = m("kpe_equivalence_warmed_nodes_total")
     return out
 
 
@@ -223,6 +259,19 @@ def main() -> int:
     ap.add_argument("--also-source", action="append", default=[], metavar="DIR",
                     help="also run the kpe of another source tree (e.g. `git archive COMMIT | tar -x -C DIR`) as a setup of its "
                          "own, 'kpe (DIR's name)', alternating with the others: a before and after in the same run; repeatable")
+    ap.add_argument("--shape", default="default", choices=rc.SHAPES,
+                    help="the cluster: default (four Deployments in one namespace on varied nodes), tainted-gpu (a quarter of the "
+                         "nodes tainted GPU nodes, every pod alike), many-teams (%d small team namespaces of two Deployments each: "
+                         "many classes)" % TEAM_COUNT)
+    ap.add_argument("--reload-round", action="store_true",
+                    help="after the pairs (--pairs 0: instead of them), a round of kpe alone with node names: steady state, then "
+                         "the first round after a policy reload and after a kpe restart, filter and prioritize p50 and p99 from "
+                         "kpe's latency histogram (bench/reload_round.py)")
+    ap.add_argument("--reload-policy", default="team-node-pools",
+                    help="the shipped policy whose file the reload round edits (default team-node-pools, which matches every pod)")
+    ap.add_argument("--profile", metavar="DIR", type=Path,
+                    help="run each kpe round's kpe under cProfile, writing DIR/kpe-ROUND.prof (its event loop only; "
+                         "read with python -m pstats); the profiler slows kpe, so not for the pods/s")
     ap.add_argument("--caps", action="store_true",
                     help="kpe serves the shipped policies and per-node caps that count pods on a node (nodeInfo), so every "
                          "filter counts the pods in flight")
@@ -243,9 +292,10 @@ def main() -> int:
     pods_per_mode: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="kpe-scheduler-bench-") as tmp, rc.control_plane(Path(tmp)) as plane:
         workdir = Path(tmp)
-        plane.api.namespace(NAMESPACE)
-        _, t_nodes = rc.create_nodes(plane, args.nodes)
-        print(f"control plane up; {args.nodes} nodes created in {t_nodes:.1f} s", flush=True)
+        for namespace in namespaces(args.shape):
+            plane.api.namespace(namespace)
+        _, t_nodes = rc.create_nodes(plane, args.nodes, shape=args.shape)
+        print(f"control plane up; {args.nodes} nodes ({args.shape}) created in {t_nodes:.1f} s", flush=True)
         (workdir / "floor_app.py").write_text(FLOOR_APP)
         policies = rc.POLICIES
         if args.caps:
@@ -280,7 +330,8 @@ def main() -> int:
                     elif setup in FLOORS:
                         config = rc.scheduler_config(plane, f"http://127.0.0.1:{floors[setup][1]}/scheduler", node_cache_capable=names, drop_preempt=True)
                     else:
-                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=sources[setup], policies=policies)
+                        profile = args.profile / f"kpe-{round_}.prof" if args.profile else None
+                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=sources[setup], policies=policies, profile=profile)
                         config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names, policies=policies)
                     if args.scheduler_qps > 0:
                         for c in (config, own) if own is not None else (config,):
@@ -290,7 +341,7 @@ def main() -> int:
                     extender_pid = kpe.process.popen.pid if kpe is not None else floors[setup][0].popen.pid if setup in floors else None
                     try:
                         rate, created = one_round(plane, workdir, config, pods, round_, args.round_timeout, cpu, extender_pid,
-                                                  own=own, own_share=args.own_share, split=split)
+                                                  own=own, own_share=args.own_share, split=split, shape=args.shape)
                         if kpe is not None:
                             stats.setdefault((mode, setup), []).append(kpe_stats(kpe.url))
                     finally:
@@ -298,28 +349,60 @@ def main() -> int:
                             kpe.stop()
                     results.setdefault((mode, setup), []).append(rate)
                     cpu_ms.setdefault((mode, setup), []).append({k: 1000 * v / pods for k, v in cpu.items()})
-                    deleted = rc.delete_pods(plane, NAMESPACE)
+                    deleted = sum(rc.delete_pods(plane, namespace) for namespace in namespaces(args.shape))
                     each = ("; " + ", ".join(f"{who} {r:.1f} pods/s" for who, r in split.items())) if split else ""
                     print(f"  {mode:5} pair {pair + 1} {setup:5}: {rate:7.1f} pods/s   (created in {created:.1f} s, deleted in {deleted:.1f} s{each})", flush=True)
+            if args.reload_round:
+                def qps(config: dict[str, Any]) -> dict[str, Any]:
+                    if args.scheduler_qps > 0:
+                        config["clientConnection"].update(qps=args.scheduler_qps, burst=int(args.scheduler_qps))
+                    return config
+
+                phases = reload_round.run(
+                    plane, workdir, pods=args.pods, policy=args.reload_policy, first_round=round_,
+                    one_round=lambda config, r, cpu, pid: one_round(plane, workdir, qps(config), args.pods, r, args.round_timeout, cpu, pid, shape=args.shape),
+                    configure=lambda url, pol: rc.scheduler_config(plane, url + "/scheduler", policies=pol),
+                    delete=lambda: sum(rc.delete_pods(plane, namespace) for namespace in namespaces(args.shape)),
+                )
         finally:
             for process, _ in floors.values():
                 process.stop()
 
+    if args.reload_round:
+        print()
+        print(f"reload round: real kube-scheduler and kube-apiserver ({plane.binaries.version}), {args.nodes} nodes ({args.shape} shape), "
+              f"{args.pods} pods a round with node names, one kpe through steady state and a reload of {args.reload_policy}, then restarted; "
+              "latency from kpe's kpe_request_duration_seconds buckets, interpolated")
+        print()
+        print("\n".join(reload_round.table(phases)))
+    if not args.pairs:
+        print()
+        print(f"total {time.monotonic() - started:.0f} s")
+        return 0
     print()
-    print(f"real kube-scheduler and kube-apiserver ({plane.binaries.version}), {args.nodes} nodes, "
+    print(f"real kube-scheduler and kube-apiserver ({plane.binaries.version}), {args.nodes} nodes ({args.shape} shape), "
           + ", ".join(f"{n} pods per round ({m})" for m, n in pods_per_mode.items())
           + f", {args.pairs} alternating pairs, scheduler client qps {args.scheduler_qps:g}; pods/s from the first create to the last binding")
     print()
-    head = "| mode | setup | " + " | ".join(f"round {i + 1}" for i in range(args.pairs)) + " | median |"
+    # Beside each setup's rates: its extender's CPU per scheduled pod (kpe's or the floor's) and every process's.
+    head = "| mode | setup | " + " | ".join(f"round {i + 1}" for i in range(args.pairs)) + " | median | extender CPU ms/pod | all CPU ms/pod |"
     print(head)
-    print("|" + " --- |" * (args.pairs + 3))
+    print("|" + " --- |" * (args.pairs + 5))
     for mode in modes:
         for setup in setups:
             rates = results[(mode, setup)]
-            print(f"| {mode} | {setup} | " + " | ".join(f"{r:.1f}" for r in rates) + f" | {statistics.median(rates):.1f} |")
+            rows = cpu_ms[(mode, setup)]
+            extender = statistics.median(r.get("extender", 0.0) for r in rows)
+            every = statistics.median(sum(r.values()) for r in rows)
+            print(f"| {mode} | {setup} | " + " | ".join(f"{r:.1f}" for r in rates) + f" | {statistics.median(rates):.1f} | "
+                  + (f"{extender:.2f}" if extender else "-") + f" | {every:.2f} |")
         for kpe_setup, base in itertools.product(kpes, [f for f in FLOORS if f in setups] + (["none"] if "none" in setups else [])):
             ratios = [k / f for k, f in zip(results[(mode, kpe_setup)], results[(mode, base)], strict=True)]
-            print(f"| {mode} | {kpe_setup}/{base} | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x |")
+            cpu_ratio = ""
+            if base in FLOORS:
+                mine, floor = (statistics.median(r.get("extender", 0.0) for r in cpu_ms[(mode, s_)]) for s_ in (kpe_setup, base))
+                cpu_ratio = f"{mine / floor:.2f}x" if floor else ""
+            print(f"| {mode} | {kpe_setup}/{base} | " + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {statistics.median(ratios):.2f}x | {cpu_ratio} | |")
     print()
     print("CPU ms per pod over a round, median of the rounds (from /proc/PID/stat; the script creating pods is not counted):")
     print()
@@ -354,7 +437,8 @@ def main() -> int:
             loops.append(f"{kpe_setup}'s event loop per scheduled pod ({mode}): {1000 * requests_s / pods:.2f} ms answering the scheduler, "
                          f"{1000 * total.get('ahead_s', 0.0) / pods:.2f} ms working out prioritize answers ahead, "
                          f"{1000 * total['events_s'] / pods:.2f} ms applying {total['events'] / pods:.1f} watch events "
-                         f"({1e6 * total['events_s'] / max(total['events'], 1):.0f} µs each)")
+                         f"({1e6 * total['events_s'] / max(total['events'], 1):.0f} µs each); "
+                         f"{total.get('warmed', 0.0) / pods:.0f} nodes evaluated ahead for classes (--warm-classes)")
             expected = sum(total.get(f"ahead_{o}", 0.0) for o in ("answered", "rescored", "unasked"))
             if expected:
                 loops.append(f"{kpe_setup}'s prioritize expected after a filter ({mode}): " + ", ".join(

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine.policy.compiler import CostLimits
 from engine.cluster.inflight import InFlight
 from engine.equivalence.classes import EquivalenceCache
+from engine.equivalence.warming import Warming
 
 from server.introspection import endpoints as introspection
 from server.http.certificate import ServingCertificate
@@ -39,6 +40,7 @@ from server.settings import NO_POLICIES, Settings, env_name
 from server.state import ServerState
 from server.verbs.endpoints import VerbDispatch, VerbEndpoint
 from server.verbs.wholenodes import WholeNodes
+from server.verbs import warming as warm_classes
 from server.admission.webhook import handle_admission
 from server.admission.policies import handle_policy_admission
 
@@ -240,6 +242,9 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
             )
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
             tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
+            if settings.warm_classes and settings.equivalence_classes > 0:
+                state.warming = Warming()
+                tasks.append(asyncio.create_task(warm_classes.run(state, state.warming, stop), name="warm-classes"))
             if requeue is not None:
                 state.cache.namespaces.on_change = requeue.namespace_changed
                 tasks.append(asyncio.create_task(requeue.run(state, stop), name="requeue-after-reload"))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.cluster.nodeinfo import NodesByName
 from engine.equivalence.classes import EquivalenceCache
+from engine.equivalence.warming import Warming
 from engine.reservations.heldroom import Home
 from engine.reservations.slots import Plan
 
@@ -96,6 +97,7 @@ class ServerState:
     elector: Any = None  # LeaderElector when the gate controller runs
     policy_objects: PolicyObjects | None = None  # --policy-source cluster: the objects the policies come from
     equivalence: EquivalenceCache = field(default_factory=EquivalenceCache)
+    warming: Warming | None = None  # with cluster access and --warm-classes: classes filled ahead of the scheduler (server.verbs.warming)
     in_flight_counting: tuple[Any, Any] | None = None  # (policy set, what counting pods in flight takes under it): server.verbs.inflight
     certificate: ServingCertificate | None = None  # with --tls-cert: reloaded when its files change
     surfaces_by_port: dict[int, frozenset[str]] = field(default_factory=dict)  # see server.http.listeners.SurfaceGuard

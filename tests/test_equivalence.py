@@ -488,6 +488,18 @@ def test_the_cache_keeps_at_most_the_configured_number_of_classes() -> None:
     assert filter_nodes(policies, cluster.scheduling_pod(gpus=2), nodes, memo=EquivalenceCache(classes=0), now=at(12)).memo_misses == 0
 
 
+@pytest.mark.parametrize(("results", "kept"), [(12, 3), (None, 4)])
+def test_past_the_budget_of_node_results_the_least_recently_used_classes_go_however_many_classes_are_allowed(results: int | None, kept: int) -> None:
+    policies = policy_set()
+    nodes = cluster.nodes(5)
+    memo = EquivalenceCache(classes=10, results=results)
+    for gpus in (1, 2, 3, 4):  # four classes of five results each, counted as each class comes
+        filter_nodes(policies, cluster.scheduling_pod(gpus=gpus), nodes, memo=memo, now=at(12))
+    assert len(memo) == kept
+    again = filter_nodes(policies, cluster.scheduling_pod(gpus=1), nodes, memo=memo, now=at(12))
+    assert again.memo_hits == (0 if results else 5), "the class used first went when a fourth came past 12 results"
+
+
 @pytest.mark.parametrize(
     ("expression", "paths"),
     [

@@ -15,7 +15,8 @@ remembered rules around them in the same order, so the verdict and reason
 are exactly those of a full evaluation), except on nodes where the operands
 of a top-level ``||`` that do not read ``now`` already hold. The rules
 themselves are bound once per class. Results are kept for at most ``classes``
-classes (least recently used go first), keyed by the content of the policies
+classes, fewer when together they would remember more than ``results`` node
+results (least recently used go first), keyed by the content of the policies
 that match the class (``PolicyReads.digest``) rather than by the set's
 generation: a reload that changes one policy leaves every class that policy
 does not match with its results, so a GitOps change to one team's policy is
@@ -152,7 +153,7 @@ class ClassMemo:
     """
 
     __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "encoder", "unencoded", "info_blind", "cost", "per_request", "clock",
-                 "pinned")
+                 "pinned", "claimed")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -188,6 +189,14 @@ class ClassMemo:
         # rules that read now, run per request): measured the same way, None for a class without any.
         self.per_request: float | None = None
         self.clock = clock
+        # Whether a request (or the warming after a reload) has filled the class for the first
+        # time: whoever does is the one to fill the rest of the cluster (engine.equivalence.warming).
+        self.claimed = False
+
+    def claim(self) -> bool:
+        """True the first time only: the caller is the class's first to fill it."""
+        first, self.claimed = not self.claimed, True
+        return first
 
     def afford(self, misses: int, inline_s: float | None) -> None:
         """Raise ``Offload`` when evaluating ``misses`` nodes, and what every request of the class
@@ -420,8 +429,11 @@ class EquivalenceCache:
     policies came from: a class is keyed by its policies' content, so one that a reload left
     alone keeps its results, and one whose policies changed is another class."""
 
-    def __init__(self, *, classes: int = 16, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, *, classes: int = 64, results: int | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.classes = classes
+        # Beyond what ``classes`` allows, tables go while all of them together remember more node
+        # results than this: many classes on a small cluster, few on a large one.
+        self.results = RESULTS_KEPT if results is None else results
         self.clock = clock  # what the classes measure their evaluations with
         self._generation = ""
         self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
@@ -480,6 +492,13 @@ class EquivalenceCache:
             table.pinned = dra
             while len(self._tables) > 2 * self.classes:  # a filter and a score table per class
                 self._tables.popitem(last=False)
+            # Counted when a class comes (not per request): a table grows after that, by the
+            # window of each request, so the budget can be overrun by what the kept ones learn
+            # until the next class comes.
+            remembered = sum(map(_remembered, self._tables.values()))
+            while remembered > self.results and len(self._tables) > 2:
+                _, gone = self._tables.popitem(last=False)
+                remembered -= _remembered(gone)
         else:
             self._tables.move_to_end(key)
         return table
@@ -520,6 +539,17 @@ def namespace_fingerprint(namespace: Any, paths: Sequence[Path]) -> bytes | None
     seen = pod_fingerprint(namespace, paths)
     return None if seen is None else b"\0" + seen
 
+
+def _remembered(table: ClassMemo) -> int:
+    """Node results a table keeps: by name, and by node object (whole nodes)."""
+    return len(table.by_name) + len(table.result_of)
+
+
+# Node results kept across every class's tables before the least recently used go, whatever
+# ``classes`` allows: what 16 classes (a filter and a score table each) remember of 5,000 nodes,
+# the default before classes were counted against it. 64 classes of 1,000 nodes fit; at 5,000
+# nodes about 16 do. A result costs 150 to 300 bytes (0.3 to 0.6 MB per class per 1,000 nodes).
+RESULTS_KEPT = 2 * 16 * 5000
 
 MATCHES_KEPT = 4096  # remembered match outcomes, all forgotten at once past this
 PATHS_KEPT = 1024  # combinations of policies whose reads are kept, all forgotten at once past this

@@ -89,6 +89,8 @@ def filter_nodes(
         result.unresolvable.clear()
         answer_overdue(result, scopes, nodes.names if isinstance(nodes, NodesByName) else node_names(nodes), deadline)
         result.rejections = count_rules(result.failed.values(), result.unresolvable.values())
+    # Past any Offload: a request sent to the worker thread claims its class there.
+    result.first_of_class = table.claim()
     return request.finish()
 
 

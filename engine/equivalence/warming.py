@@ -1,0 +1,140 @@
+"""Filling an equivalence class ahead of the scheduler: the rest of the cluster, in small steps.
+
+kube-scheduler sends each pod a window of the nodes (at 5,000 nodes about 500), a different one
+for each pod, so a class that starts empty (a new Deployment, every class after a kpe restart,
+the classes of a policy a reload changed) evaluates a window on each of its first pods: at
+5,000 nodes ten requests of tens of milliseconds, where a warm class answers in a fraction of
+one. Once a class's first request has been answered, the same pod is evaluated against every
+other node in the background, a few nodes at a time (the filter of every class waiting first,
+then the scores of the nodes it passes), so its next pods find their windows remembered. Nothing extra is evaluated in the end: the class's next pods would have evaluated
+those nodes anyway, on the scheduler's clock.
+
+After a reload, the classes whose first pods were seen most recently are filled again under the
+new set; a class the reload left alone (its policies' content unchanged) still has its results
+(``engine.equivalence.classes``), so its first step is all hits and ends its job.
+
+This module only keeps the jobs and decides what to evaluate next; the caller evaluates
+(``Evaluate``: the filter, and the scores of what passed, through the equivalence cache) and
+decides when a step may run (the server: on its event loop while the worker thread is idle).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.policy.model import PolicySet
+
+Evaluate = Callable[[PolicySet, Mapping[str, Any], list[str], bool], bool]
+"""Evaluates a pod against some node names through the equivalence cache, the filter (``scores``
+False) or the scores of the nodes the filter passes (True); returns whether this call was the first
+to fill its class (``FilterResult.first_of_class``)."""
+
+
+@dataclass(slots=True)
+class Job:
+    policy_set: PolicySet
+    pod: Mapping[str, Any]
+    names: Sequence[str]  # the cluster's node names when the job was queued
+    done: int = 0  # names evaluated so far
+    # Whether the job's first step must be its class's first fill to go on: a job for a pod no
+    # request asked about (a class from before a reload) ends at once when its class is filled
+    # or being filled already.
+    speculative: bool = False
+    scores: bool = False  # the second pass: the scores of the nodes the filter passes
+    size: int = 1  # names per evaluation, grown or shrunk by how long the last one took
+
+
+class Warming:
+    """Jobs of classes to fill, oldest first, and the first pods of the classes seen last."""
+
+    def __init__(self, *, chunk: int = 32, first_chunk: int = 2, recent: int = 16, jobs: int = 64, step_s: float = 0.002,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        # Names per evaluation: a job starts at ``first_chunk`` and doubles while an evaluation takes
+        # under an eighth of a step, up to ``chunk``; halves when one takes longer than a step. A
+        # slow policy is evaluated a node at a time, so a step overruns its time by one node at most.
+        self.chunk = chunk
+        self.first_chunk = first_chunk
+        self.step_s = step_s  # how long one step evaluates before handing the event loop back
+        self.clock = clock
+        self._jobs: deque[Job] = deque(maxlen=jobs)  # a burst of new classes drops the oldest jobs
+        self._recent: deque[Mapping[str, Any]] = deque(maxlen=recent)  # first pods of the classes seen last
+        self.evaluated = 0  # names evaluated, for the metrics
+        self.on_job: Callable[[], None] | None = None  # called when a job is queued (the server wakes its task)
+
+    def __bool__(self) -> bool:
+        return bool(self._jobs)
+
+    def first_request(self, policy_set: PolicySet, pod: Mapping[str, Any], names: Sequence[str]) -> None:
+        """A request was the first to fill ``pod``'s class: fill it with ``names`` (the cluster's nodes)."""
+        self._recent.append(pod)
+        self._jobs.append(Job(policy_set, pod, names, size=self.first_chunk))
+        if self.on_job is not None:
+            self.on_job()
+
+    def reloaded(self, policy_set: PolicySet, names: Sequence[str]) -> None:
+        """The policies were reloaded: the pending jobs are of the old set; the classes seen last are
+        filled under ``policy_set``, the most recent first."""
+        self._jobs.clear()
+        for pod in reversed(self._recent):
+            self._jobs.append(Job(policy_set, pod, names, speculative=True, size=self.first_chunk))
+
+    def pending(self, policy_set: PolicySet, pods: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
+        """At start-up, once the cache has synced: the classes of the pods waiting for a node (no
+        ``nodeName``, no scheduling gate), one pod per workload (its controller, else its namespace
+        and labels), as many as the classes seen last are kept. After a restart those are the
+        classes the scheduler asks about first."""
+        seen: set[Any] = set()
+        for pod in pods:
+            spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+            if spec.get("nodeName") or spec.get("schedulingGates") or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+                continue
+            owner = next((o.get("uid") for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+            key = owner or (meta.get("namespace"), tuple(sorted((meta.get("labels") or {}).items())))
+            if key in seen:
+                continue
+            seen.add(key)
+            self._jobs.append(Job(policy_set, pod, names, speculative=True, size=self.first_chunk))
+            self._recent.append(pod)
+            if len(seen) >= (self._recent.maxlen or 0):
+                break
+        if seen and self.on_job is not None:
+            self.on_job()
+
+    def clear(self) -> None:
+        """Drop every job (after an error: a job that fails would fail again)."""
+        self._jobs.clear()
+
+    def step(self, current: PolicySet, evaluate: Evaluate) -> None:
+        """Evaluate chunks of the oldest jobs for about ``step_s``; a job of a set no longer
+        ``current`` is dropped (a reload queues its own)."""
+        start = now = self.clock()
+        while self._jobs and now - start < self.step_s:
+            job = self._jobs[0]
+            if job.policy_set is not current:
+                self._jobs.popleft()
+                continue
+            names = list(job.names[job.done:job.done + job.size])
+            before = now
+            first = evaluate(job.policy_set, job.pod, names, job.scores)
+            now = self.clock()
+            took = now - before
+            if took > self.step_s:
+                job.size = max(1, job.size // 2)
+            elif took < self.step_s / 8:
+                job.size = min(self.chunk, job.size * 2)
+            self.evaluated += len(names)
+            if job.done == 0 and job.speculative and not job.scores and not first:
+                self._jobs.popleft()  # its class was kept through the reload, or is being filled
+                continue
+            job.done += len(names)
+            if job.done >= len(job.names):
+                self._jobs.popleft()
+                if not job.scores:
+                    # Every class's filter before any class's scores: the filter is what the
+                    # scheduler's next pods wait for first, and a prioritize is often worked out
+                    # ahead of its request.
+                    self._jobs.append(Job(job.policy_set, job.pod, job.names, scores=True, size=job.size))

@@ -1,0 +1,37 @@
+"""Classes filled ahead of the scheduler (server/verbs/warming.py) against the real API server and
+kube-scheduler: a pod waiting for a node when kpe starts has its class filled from kpe's cache,
+and kube-scheduler's filter for it is then answered from memory."""
+
+from __future__ import annotations
+
+from .conftest import Cluster
+from .controlplane import wait_until
+
+POLICY = """
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {{name: keep-off-d}}
+spec:
+  match:
+    namespaces: [{ns}]
+  filters:
+  - name: not-d
+    expression: "!node.metadata.name.endsWith('-d')"
+    message: closed
+"""
+
+
+def test_a_pod_waiting_when_kpe_starts_has_its_class_filled_before_kube_scheduler_asks(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    cluster.write_policy("keep-off-d.yaml", POLICY.format(ns=ns))
+    for suffix in "abcd":
+        cluster.node(f"{ns}-{suffix}")
+    cluster.api.pod(ns, "waiting")  # no scheduler yet: it waits for a node
+    kpe = cluster.start_kpe()
+    wait_until(lambda: kpe.metric("kpe_equivalence_warmed_nodes_total") >= 4, 30, "kpe to fill the waiting pod's class")
+    cluster.start_scheduler(kpe, node_cache_capable=True)
+    bound = cluster.wait_bound(["waiting"])
+    assert bound["waiting"] != f"{ns}-d"
+    assert kpe.metric("kpe_requests_total", verb="filter", code="200") >= 1
+    assert kpe.metric("kpe_equivalence_cache_nodes_total", verb="filter", result="miss") == 0, "every node was filled ahead"
+    assert kpe.metric("kpe_equivalence_cache_nodes_total", verb="filter", result="hit") >= 3

@@ -1,0 +1,225 @@
+"""Equivalence classes filled ahead of the scheduler (engine/equivalence/warming.py, server/verbs/warming.py):
+after a class's first filter the rest of the cluster is evaluated in steps, and after a reload the
+classes seen last are filled under the new set."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.cluster.nodeinfo import NodesByName, NodeState, node_info_map
+from engine.equivalence.classes import EquivalenceCache, TrackedNodeInfo
+from engine.equivalence.filtering import filter_nodes
+from engine.equivalence.warming import Warming
+from engine.policy.loader import load_text
+from engine.policy.model import PolicySet
+
+from .test_equivalence import COSTED, POOL_POLICY, kpe_on_pools, pool_nodes
+
+POD = {"metadata": {"name": "web-1", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
+OTHER = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: elsewhere}
+spec:
+  match: {namespaces: [batch]}
+  filters:
+  - {name: not-r2, expression: "node.metadata.?labels[?'rack'].orValue('') != 'r2'", message: keeps off r2}
+"""
+
+
+class Ticks:
+    """A clock that moves ``step`` seconds each time it is read (once before a step, once after each evaluation)."""
+
+    def __init__(self, step: float = 1.0) -> None:
+        self.step, self.now = step, 0.0
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+class Calls:
+    """An ``Evaluate`` that records its calls; ``first`` says what it answers for each class (by pod name)."""
+
+    def __init__(self, first: dict[str, bool] | None = None) -> None:
+        self.calls: list[tuple[str, str, list[str]]] = []
+        self.first = first or {}
+
+    def __call__(self, policy_set: PolicySet, pod: Any, names: list[str], scores: bool) -> bool:
+        self.calls.append((policy_set.generation, pod["metadata"]["name"] + (" scores" if scores else ""), names))
+        return self.first.get(pod["metadata"]["name"], True)
+
+
+def pod(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "apps"}}
+
+
+NAMES = [f"node-{i}" for i in range(5)]
+
+
+def test_a_class_s_first_request_fills_the_rest_of_the_cluster_a_chunk_at_a_time_each_step_for_its_time() -> None:
+    policies = load_text(COSTED)
+    # A second per evaluation against a step of 1.5 s: two evaluations a step, neither so quick that
+    # the chunk grows (under step_s / 8) nor so slow that it shrinks (over step_s).
+    warming = Warming(chunk=2, first_chunk=2, step_s=1.5, clock=Ticks())
+    woken: list[bool] = []
+    warming.on_job = lambda: woken.append(True)
+    warming.first_request(policies, pod("web-1"), NAMES)
+    assert woken == [True] and warming
+    evaluate = Calls()
+    warming.step(policies, evaluate)
+    assert [(name, names) for _, name, names in evaluate.calls] == [("web-1", ["node-0", "node-1"]), ("web-1", ["node-2", "node-3"])]
+    for _ in range(2):
+        warming.step(policies, evaluate)
+    assert [(name, names) for _, name, names in evaluate.calls][2:] == [
+        ("web-1", ["node-4"]), ("web-1 scores", ["node-0", "node-1"]), ("web-1 scores", ["node-2", "node-3"]), ("web-1 scores", ["node-4"]),
+    ], "the filter on every node, then the scores"
+    assert not warming, "every name evaluated: the job is done"
+    assert warming.evaluated == 10
+
+
+def test_every_class_waiting_has_its_filter_filled_before_any_class_its_scores() -> None:
+    policies = load_text(COSTED)
+    warming = Warming(chunk=5, first_chunk=5, step_s=100, clock=Ticks())
+    for name in ("web-1", "api-1"):
+        warming.first_request(policies, pod(name), NAMES)
+    evaluate = Calls()
+    warming.step(policies, evaluate)
+    assert [name for _, name, _ in evaluate.calls] == ["web-1", "api-1", "web-1 scores", "api-1 scores"]
+
+
+def test_a_job_of_a_policy_set_no_longer_serving_is_dropped_unevaluated() -> None:
+    old, new = load_text(COSTED), load_text(COSTED + "\n", file="other.yaml")
+    warming = Warming(chunk=2, first_chunk=2, step_s=10, clock=Ticks())
+    warming.first_request(old, pod("web-1"), NAMES)
+    evaluate = Calls()
+    warming.step(new, evaluate)
+    assert evaluate.calls == [] and not warming
+
+
+def test_after_a_reload_the_classes_seen_last_are_filled_under_the_new_set_and_one_already_filled_ends_at_its_first_chunk() -> None:
+    old, new = load_text(COSTED), load_text(COSTED.replace("not an ml node", "not an ml node (edited)"))
+    warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks(), recent=2)
+    for name in ("web-1", "api-1", "batch-1"):  # the oldest falls out of the two kept
+        warming.first_request(old, pod(name), NAMES)
+    warming.reloaded(new, NAMES)
+    # api-1's class kept its results through the reload (or a request is filling it): not the first to fill it.
+    evaluate = Calls(first={"api-1": False})
+    warming.step(new, evaluate)
+    assert [(generation, name) for generation, name, _ in evaluate.calls] == (
+        [(new.generation, "batch-1")] * 3 + [(new.generation, "api-1")] + [(new.generation, "batch-1 scores")] * 3
+    )
+    assert not warming
+
+
+def test_at_start_up_one_pod_of_each_waiting_workload_is_filled_and_bound_gated_or_finished_pods_are_not() -> None:
+    policies = load_text(COSTED)
+    owned = [{"metadata": {"name": f"web-{i}", "namespace": "apps", "ownerReferences": [{"uid": "rs-web", "controller": True}]}, "spec": {}} for i in range(3)]
+    loose = [{"metadata": {"name": f"job-{i}", "namespace": "batch", "labels": {"app": "job"}}, "spec": {}} for i in range(2)]
+    others = [
+        {"metadata": {"name": "bound", "namespace": "apps"}, "spec": {"nodeName": "node-1"}},
+        {"metadata": {"name": "gated", "namespace": "apps"}, "spec": {"schedulingGates": [{"name": "kpe.dev/gpu-quota"}]}},
+        {"metadata": {"name": "done", "namespace": "apps"}, "spec": {}, "status": {"phase": "Succeeded"}},
+    ]
+    warming = Warming(chunk=5, first_chunk=5, step_s=100, clock=Ticks())
+    woken: list[bool] = []
+    warming.on_job = lambda: woken.append(True)
+    warming.pending(policies, owned + loose + others, NAMES)
+    evaluate = Calls()
+    warming.step(policies, evaluate)
+    assert [name for _, name, _ in evaluate.calls] == ["web-0", "job-0", "web-0 scores", "job-0 scores"] and woken == [True]
+
+
+def test_a_chunk_doubles_while_quick_and_halves_when_one_evaluation_takes_longer_than_a_step() -> None:
+    policies = load_text(COSTED)
+    names = [f"node-{i}" for i in range(40)]
+    quick = Warming(chunk=8, first_chunk=1, step_s=0.625, clock=Ticks(0.0625))  # each evaluation a tenth of a step (exact in binary)
+    quick.first_request(policies, pod("web-1"), names)
+    evaluate = Calls()
+    quick.step(policies, evaluate)
+    # Ten evaluations fill the step: the filter on all 40 names, then the scores go on at the size reached.
+    assert [(name, len(chunk)) for _, name, chunk in evaluate.calls] == (
+        [("web-1", n) for n in (1, 2, 4, 8, 8, 8, 8, 1)] + [("web-1 scores", 8)] * 2
+    )
+
+    slow = Warming(chunk=8, first_chunk=4, step_s=1.0, clock=Ticks(3.0))  # each evaluation three steps
+    slow.first_request(policies, pod("web-1"), names)
+    evaluate = Calls()
+    for _ in range(4):
+        slow.step(policies, evaluate)  # one evaluation a step: it alone overruns the step
+    assert [len(chunk) for _, _, chunk in evaluate.calls] == [4, 2, 1, 1]
+
+
+def cached(nodes: list[dict[str, Any]]) -> tuple[TrackedNodeInfo, dict[str, NodeState]]:
+    info, states = TrackedNodeInfo(), {}
+    for name, view in node_info_map(nodes, []).items():
+        info[name] = view
+        states[name] = NodeState(name, next(n for n in nodes if n["metadata"]["name"] == name), view)
+        info.replaced(name)
+    return info, states
+
+
+def test_a_filled_class_answers_a_window_it_was_never_asked_about_from_memory_and_only_its_first_request_claims_it() -> None:
+    policies = load_text(COSTED + "---\n" + OTHER)
+    nodes = pool_nodes(40)
+    info, states = cached(nodes)
+    memo = EquivalenceCache()
+    names = [n["metadata"]["name"] for n in nodes]
+
+    def evaluate(policy_set: PolicySet, pod: Any, chunk: list[str], scores: bool) -> bool:
+        return filter_nodes(policy_set, pod, NodesByName(chunk, states), node_info=info, memo=memo).first_of_class
+
+    first = filter_nodes(policies, POD, NodesByName(names[:10], states), node_info=info, memo=memo)
+    assert first.first_of_class and first.memo_misses == 10
+    warming = Warming(chunk=8, first_chunk=8, step_s=1000, clock=Ticks())
+    warming.first_request(policies, POD, names)
+    warming.step(policies, evaluate)
+    assert not warming
+    later = filter_nodes(policies, {**POD, "metadata": {**POD["metadata"], "name": "web-2"}}, NodesByName(names[25:], states), node_info=info, memo=memo)
+    assert (later.memo_hits, later.memo_misses, later.first_of_class) == (15, 0, False)
+    assert later.passed == [n for n in names[25:] if int(n.split("-")[1]) % 2]
+
+    # A reload that edits a policy the class does not match keeps the class: its job ends at its first chunk.
+    edited = load_text(COSTED + "---\n" + OTHER.replace("keeps off r2", "keeps off rack r2"))
+    warming.reloaded(edited, names)
+    calls: list[list[str]] = []
+    warming.step(edited, lambda p, q, chunk, scores: calls.append(chunk) or evaluate(p, q, chunk, scores))
+    assert calls == [names[:8]] and not warming
+
+
+def warmed_and_missed(url: str) -> tuple[float, float]:
+    import httpx
+
+    lines = httpx.get(url + "/metrics").text.splitlines()
+    warmed = sum(float(line.rpartition(" ")[2]) for line in lines if line.startswith("kpe_equivalence_warmed_nodes_total "))
+    missed = sum(float(line.rpartition(" ")[2]) for line in lines if line.startswith('kpe_equivalence_cache_nodes_total{result="miss",verb="filter"}'))
+    return warmed, missed
+
+
+def filter_window(url: str, i: int, window: list[str]) -> None:
+    import httpx
+
+    pod = {"metadata": {"name": f"web-{i}", "namespace": "apps", "uid": f"uid-web-{i}"}, "spec": {"containers": [{"name": "c"}]}}
+    answer = httpx.post(url + "/scheduler/filter", json={"Pod": pod, "NodeNames": window}).json()
+    assert answer["NodeNames"] == [n for n in window if int(n.split("-")[1]) % 2]
+
+
+def test_over_http_the_second_pod_of_a_class_finds_the_nodes_outside_the_first_pod_s_window_filled(tmp_path: Path) -> None:
+    names = [f"node-{i}" for i in range(8)]
+    with kpe_on_pools(tmp_path, len(names), POOL_POLICY) as url:
+        filter_window(url, 1, names[:2])
+        deadline = time.monotonic() + 10  # a bound on waiting for the background, not a measurement
+        while warmed_and_missed(url)[0] < len(names):
+            assert time.monotonic() < deadline, "the class was not filled"
+            time.sleep(0.02)
+        filter_window(url, 2, names[2:])
+        assert warmed_and_missed(url)[1] == 2, "only the first pod's window was evaluated by a request"
+
+
+def test_over_http_with_warming_off_the_second_pod_evaluates_its_own_window(tmp_path: Path) -> None:
+    names = [f"node-{i}" for i in range(8)]
+    with kpe_on_pools(tmp_path, len(names), POOL_POLICY, warm_classes=False) as url:
+        filter_window(url, 1, names[:2])
+        filter_window(url, 2, names[2:])
+        assert warmed_and_missed(url) == (0, 8)
