@@ -6,7 +6,6 @@ status kpe's leader writes is what `kubectl get` and GitOps tools read."""
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -95,11 +94,10 @@ def test_an_applied_policy_decides_the_next_pods_and_its_status_follows_its_edit
     wait_until(lambda: kpe.http.get("/apis/v1/decisions", params={"pod": f"{ns}/web-2"}).json()["decisions"], 30, "kpe to reject web-2")
     assert "web-2" not in cluster.bound()
 
+    # How long after the write this happens is bench/cluster_policy_bench.py's to measure, not a test's.
     old = kpe.generation()
-    written = time.time()
     generation = edit(objects, "pool", pool_policy("b")["spec"])
     new = wait_until(lambda: (g := kpe.generation()) != old and g, 10, "kpe to serve the edited policy", interval=0.005)
-    served = time.time() - written
     assert cluster.wait_bound(["web-2"])["web-2"] == f"{ns}-b", "placed under the edited policy"
     decided = first_decision(kpe, new)
     assert decided is not None
@@ -107,7 +105,6 @@ def test_an_applied_policy_decides_the_next_pods_and_its_status_follows_its_edit
     assert cluster.wait_bound(["web-3"])["web-3"] == f"{ns}-b"
     status = ready(objects, "pool", generation)
     assert generation == 2 and status["servedGeneration"] == new
-    print(f"\n[e2e cluster policies] edit served {served * 1000:.0f} ms after the write; first filter under it {(decided - written) * 1000:.0f} ms after the write")
 
 
 def test_an_object_that_breaks_the_set_is_stored_not_served_and_its_status_says_why(cluster: Cluster, objects: ControlPlane) -> None:
