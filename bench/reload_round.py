@@ -8,8 +8,9 @@ restarted for each as in the other rounds:
 2. steady: the same pods again, every class warm;
 3. after a reload: one policy's file edited (its first filter's message), kpe reloads it (its
    ``kpe_policy_generation_info`` changes), and the pods are created at once;
-4. after a restart: kpe stopped and started again (an empty cache of classes), and the pods
-   created as soon as its /readyz answers.
+4. after a restart: kpe stopped and started again (an empty cache of classes) while the previous
+   round's pods are still placed, as a kpe restarted in a running cluster finds its workloads'
+   pods; they are deleted once its /readyz answers, and the pods created as soon as they are gone.
 
 Each round's filter and prioritize latencies are the difference of two scrapes of
 ``kpe_request_duration_seconds`` (a fresh process after the restart: its whole histogram), and
@@ -126,7 +127,8 @@ def run(plane: rc.ControlPlane, workdir: Path, *, pods: int, policy: str, one_ro
             elif name == "after restart":
                 kpe.stop()
                 kpe, ready = rc.start_kpe(plane, workdir, name="kpe-restarted", policies=policies)
-                note = f"ready {ready:.1f} s after start"
+                deleted = delete()  # the previous round's pods, placed when kpe stopped
+                note = f"ready {ready:.1f} s after start, the previous round's pods deleted in {deleted:.1f} s"
             config = configure(kpe.url, policies)
             before = {verb: buckets(kpe.url, verb) for verb in ("filter", "prioritize")}
             stats = rc.metrics(kpe.url)
@@ -141,7 +143,8 @@ def run(plane: rc.ControlPlane, workdir: Path, *, pods: int, policy: str, one_ro
                 name, delta(after["filter"], before["filter"]), delta(after["prioritize"], before["prioritize"]), rate, seconds,
                 stats("kpe_equivalence_cache_nodes_total", verb="filter", result="hit") - hits0,
                 stats("kpe_equivalence_cache_nodes_total", verb="filter", result="miss") - misses0, note))
-            deleted = delete()
+            # The pods of the round before a restart stay placed through it (deleted after it).
+            deleted = delete() if name != "after reload" else 0.0
             print(f"  reload round: {name:13}: {rate:7.1f} pods/s   ({note + '; ' if note else ''}deleted in {deleted:.1f} s)", flush=True)
     finally:
         kpe.stop()

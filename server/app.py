@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine.policy.compiler import CostLimits
 from engine.cluster.inflight import InFlight
 from engine.equivalence.classes import EquivalenceCache
-from engine.equivalence.warming import Warming
+from engine.equivalence.warming import Exemplars, Warming
 
 from server.introspection import endpoints as introspection
 from server.http.certificate import ServingCertificate
@@ -244,6 +244,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
             tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
             if settings.warm_classes and settings.equivalence_classes > 0:
                 state.warming = Warming()
+                state.cache.exemplars = Exemplars(limit=state.warming.recent)
                 tasks.append(asyncio.create_task(warm_classes.run(state, state.warming, stop), name="warm-classes"))
             if requeue is not None:
                 state.cache.namespaces.on_change = requeue.namespace_changed

@@ -11,7 +11,7 @@ from typing import Any
 from engine.cluster.nodeinfo import NodesByName, NodeState, node_info_map
 from engine.equivalence.classes import EquivalenceCache, TrackedNodeInfo
 from engine.equivalence.filtering import filter_nodes
-from engine.equivalence.warming import Warming
+from engine.equivalence.warming import Exemplars, Warming
 from engine.policy.loader import load_text
 from engine.policy.model import PolicySet
 
@@ -125,10 +125,57 @@ def test_at_start_up_one_pod_of_each_waiting_workload_is_filled_and_bound_gated_
     warming = Warming(chunk=5, first_chunk=5, step_s=100, clock=Ticks())
     woken: list[bool] = []
     warming.on_job = lambda: woken.append(True)
-    warming.pending(policies, owned + loose + others, NAMES)
+    warming.at_start(policies, owned + loose + others, [], NAMES)
     evaluate = Calls()
     warming.step(policies, evaluate)
     assert [name for _, name, _ in evaluate.calls] == ["web-0", "job-0", "web-0 scores", "job-0 scores"] and woken == [True]
+
+
+def bound(name: str, created: str, owner: str, **extra: Any) -> dict[str, Any]:
+    """A pod of a ReplicaSet ``owner`` as the API server lists it after it was placed."""
+    meta = {"name": name, "namespace": "apps", "creationTimestamp": created, "ownerReferences": [{"uid": owner, "controller": True}], **extra}
+    return {"metadata": meta, "spec": {"nodeName": "node-1", "containers": [{"name": "c"}]}, "status": {"phase": "Running"}}
+
+
+def test_the_first_list_keeps_the_newest_pod_of_each_of_the_workloads_that_created_pods_last() -> None:
+    exemplars = Exemplars(limit=2)
+    for pod_ in [
+        bound("web-1", "2026-11-27T10:00:00Z", "rs-web"),
+        bound("api-1", "2026-11-27T10:01:00Z", "rs-api"),
+        bound("batch-1", "2026-11-27T09:00:00Z", "rs-batch"),  # older than both kept: never kept
+        bound("web-2", "2026-11-27T10:02:00Z", "rs-web"),  # web's newer pod replaces its older one
+        bound("old-1", "2026-11-27T08:00:00Z", "rs-old"),
+        bound("api-2", "2026-11-27T10:03:00Z", "rs-api", deletionTimestamp="2026-11-27T10:04:00Z"),  # going: not offered
+        {**bound("done-1", "2026-11-27T11:00:00Z", "rs-done"), "status": {"phase": "Succeeded"}},  # finished
+        {"metadata": {"name": "no-time", "namespace": "apps"}, "spec": {}},
+    ]:
+        exemplars.offer(pod_)
+    assert [p["metadata"]["name"] for p in exemplars.take()] == ["web-2", "api-1"]
+    assert exemplars.take() == []  # taken once
+
+    # A workload dropped for a newer one comes back with a pod newer than what is kept.
+    exemplars.offer(bound("a-1", "2026-11-27T10:00:00Z", "rs-a"))
+    exemplars.offer(bound("b-1", "2026-11-27T10:01:00Z", "rs-b"))
+    exemplars.offer(bound("c-1", "2026-11-27T10:02:00Z", "rs-c"))  # drops a
+    exemplars.offer(bound("a-2", "2026-11-27T10:03:00Z", "rs-a"))  # a again, dropping b
+    assert [p["metadata"]["name"] for p in exemplars.take()] == ["a-2", "c-1"]
+
+
+def test_at_start_up_the_waiting_pods_classes_come_first_then_the_newest_workloads_as_pending_pods() -> None:
+    policies = load_text(COSTED)
+    waiting = [{"metadata": {"name": "web-9", "namespace": "apps", "ownerReferences": [{"uid": "rs-web", "controller": True}]}, "spec": {}}]
+    newest = [bound("api-1", "2026-11-27T10:03:00Z", "rs-api"), bound("web-2", "2026-11-27T10:02:00Z", "rs-web")]
+    warming = Warming(chunk=5, first_chunk=5, step_s=100, clock=Ticks())
+    seen: list[Any] = []
+
+    def evaluate(policy_set: PolicySet, pod_: Any, names: list[str], scores: bool) -> bool:
+        seen.append((pod_["metadata"]["name"] + (" scores" if scores else ""), pod_["spec"].get("nodeName"), pod_.get("status")))
+        return True
+
+    warming.at_start(policies, waiting, newest, NAMES)
+    warming.step(policies, evaluate)
+    # web's waiting pod stands for its workload; api's newest pod is filled as its next pod will come: no node, pending.
+    assert seen == [("web-9", None, None), ("api-1", None, {"phase": "Pending"}), ("web-9 scores", None, None), ("api-1 scores", None, {"phase": "Pending"})]
 
 
 def test_a_chunk_doubles_while_quick_and_halves_when_one_evaluation_takes_longer_than_a_step() -> None:

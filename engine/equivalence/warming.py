@@ -11,7 +11,10 @@ those nodes anyway, on the scheduler's clock.
 
 After a reload, the classes whose first pods were seen most recently are filled again under the
 new set; a class the reload left alone (its policies' content unchanged) still has its results
-(``engine.equivalence.classes``), so its first step is all hits and ends its job.
+(``engine.equivalence.classes``), so its first step is all hits and ends its job. After a
+restart, nothing of the classes is left: the classes filled first are those of the pods waiting
+for a node and of the workloads whose pods were created last (``Exemplars``, from the cache's
+first list, which has every pod whole).
 
 This module only keeps the jobs and decides what to evaluate next; the caller evaluates
 (``Evaluate``: the filter, and the scores of what passed, through the equivalence cache) and
@@ -68,6 +71,11 @@ class Warming:
     def __bool__(self) -> bool:
         return bool(self._jobs)
 
+    @property
+    def recent(self) -> int:
+        """How many classes seen last are kept (and filled again after a reload)."""
+        return self._recent.maxlen or 0
+
     def first_request(self, policy_set: PolicySet, pod: Mapping[str, Any], names: Sequence[str]) -> None:
         """A request was the first to fill ``pod``'s class: fill it with ``names`` (the cluster's nodes)."""
         self._recent.append(pod)
@@ -82,24 +90,24 @@ class Warming:
         for pod in reversed(self._recent):
             self._jobs.append(Job(policy_set, pod, names, speculative=True, size=self.first_chunk))
 
-    def pending(self, policy_set: PolicySet, pods: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
-        """At start-up, once the cache has synced: the classes of the pods waiting for a node (no
-        ``nodeName``, no scheduling gate), one pod per workload (its controller, else its namespace
-        and labels), as many as the classes seen last are kept. After a restart those are the
-        classes the scheduler asks about first."""
+    def at_start(self, policy_set: PolicySet, waiting: Sequence[Mapping[str, Any]], newest: Sequence[Mapping[str, Any]],
+                 names: Sequence[str]) -> None:
+        """At start-up, once the cache has synced: the classes the scheduler asks about first after a
+        restart. First those of the pods waiting for a node (no ``nodeName``, no scheduling gate),
+        then those of the workloads that created pods last (``newest``, ``Exemplars.pods``: a kpe
+        restarted in a running cluster sees the Deployment that was scaling when it stopped), one
+        pod per workload (its controller, else its namespace and labels), as many as the classes
+        seen last are kept."""
         seen: set[Any] = set()
-        for pod in pods:
-            spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
-            if spec.get("nodeName") or spec.get("schedulingGates") or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
-                continue
-            owner = next((o.get("uid") for o in meta.get("ownerReferences") or () if o.get("controller")), None)
-            key = owner or (meta.get("namespace"), tuple(sorted((meta.get("labels") or {}).items())))
+        limit = self.recent
+        for pod in [*(p for p in waiting if _waiting(p)), *map(as_pending, newest)]:
+            key = workload(pod)
             if key in seen:
                 continue
             seen.add(key)
             self._jobs.append(Job(policy_set, pod, names, speculative=True, size=self.first_chunk))
             self._recent.append(pod)
-            if len(seen) >= (self._recent.maxlen or 0):
+            if len(seen) >= limit:
                 break
         if seen and self.on_job is not None:
             self.on_job()
@@ -138,3 +146,64 @@ class Warming:
                     # scheduler's next pods wait for first, and a prioritize is often worked out
                     # ahead of its request.
                     self._jobs.append(Job(job.policy_set, job.pod, job.names, scores=True, size=job.size))
+
+
+def _waiting(pod: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    return not spec.get("nodeName") and not spec.get("schedulingGates") and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+
+
+def workload(pod: Mapping[str, Any]) -> Any:
+    """What pods of one class usually share: their controller (a ReplicaSet, a Job), else their
+    namespace and labels."""
+    meta = pod.get("metadata") or {}
+    owner = next((o.get("uid") for o in meta.get("ownerReferences") or () if isinstance(o, dict) and o.get("controller")), None)
+    return owner or (meta.get("namespace"), tuple(sorted((meta.get("labels") or {}).items())))
+
+
+def as_pending(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A bound pod as its workload's next pod reaches the scheduler: no node, pending."""
+    spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
+    return {**pod, "spec": spec, "status": {"phase": "Pending"}}
+
+
+class Exemplars:
+    """The newest pod of each of the ``limit`` workloads that created pods last, offered whole as
+    the cache's first list arrives (the cache keeps bound pods cut to what policies read, which is
+    not enough to tell a pod's class). After a restart these are the classes to fill first: the
+    workloads the scheduler was placing when kpe stopped. Memory: ``limit`` pods, kept until
+    start-up has queued them."""
+
+    def __init__(self, *, limit: int = 16) -> None:
+        self.limit = limit
+        self._by_workload: dict[Any, tuple[str, Mapping[str, Any]]] = {}
+        self._oldest = ""  # the oldest kept pod's creationTimestamp, once ``limit`` are kept
+
+    def offer(self, pod: Mapping[str, Any]) -> None:
+        """A pod of the first list: kept if its workload is among the ``limit`` with the newest pods
+        so far (a workload dropped earlier comes back with a newer pod, so the kept ones are the
+        ``limit`` workloads with the newest pods of the whole list)."""
+        meta = pod.get("metadata") or {}
+        created = meta.get("creationTimestamp")
+        if not isinstance(created, str) or (len(self._by_workload) >= self.limit and created <= self._oldest):
+            return  # not newer than any kept pod (the common case, decided before anything else is read)
+        spec = pod.get("spec") or {}
+        if meta.get("deletionTimestamp") or spec.get("schedulingGates") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        key = workload(pod)
+        kept = self._by_workload.get(key)
+        if kept is not None:
+            if created > kept[0]:
+                self._by_workload[key] = (created, pod)
+        else:
+            if len(self._by_workload) >= self.limit:
+                del self._by_workload[min(self._by_workload, key=lambda k: self._by_workload[k][0])]
+            self._by_workload[key] = (created, pod)
+        if len(self._by_workload) >= self.limit:
+            self._oldest = min(created for created, _ in self._by_workload.values())
+
+    def take(self) -> list[Mapping[str, Any]]:
+        """The kept pods, newest first; forgets them."""
+        kept = sorted(self._by_workload.values(), key=lambda entry: entry[0], reverse=True)
+        self._by_workload, self._oldest = {}, ""
+        return [pod for _, pod in kept]

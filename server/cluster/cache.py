@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from engine.decisions.admission import held_by_kpe
 from engine.equivalence.classes import TrackedNodeInfo
+from engine.equivalence.warming import Exemplars
 from engine.cel.types.counts import Counts
 from engine.cluster.counts import CountIndex, CountSpecs
 from engine.cluster.inflight import InFlight
@@ -142,6 +143,9 @@ class ClusterCache:
         # with nodeInfo; a reload that counts by other labels recounts (``_recount``).
         self.count_index = CountIndex(policies.current.counts if policies is not None and policies.ready else CountSpecs())
         self.narrow_after_s = narrow_after_s
+        # The newest pods of the workloads that created pods last, whole, from the first list (set by
+        # the composition root with --warm-classes; server.verbs.warming takes them once synced).
+        self.exemplars: Exemplars | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- reading -------------------------------------------------------------
@@ -398,8 +402,13 @@ class ClusterCache:
             self.narrow(candidate.pod_projection)
 
     def enter(self, kind: str, obj: Obj) -> Obj:
-        """What the cache keeps of an object as it enters: trimmed, and a bound pod projected."""
-        return trim(obj) if kind == "node" else trim(obj, self._projection)
+        """What the cache keeps of an object as it enters: trimmed, and a bound pod projected. Until
+        the first sync, each pod is offered whole to ``exemplars`` first."""
+        if kind == "node":
+            return trim(obj)
+        if self.exemplars is not None and not self.synced.is_set():
+            self.exemplars.offer(obj)
+        return trim(obj, self._projection)
 
     # --- applying ------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Filling equivalence classes ahead of the scheduler (``engine.equivalence.warming``): after a
 class's first filter with node names, for the classes seen last after a reload, and at start-up
-for the classes of the pods waiting for a node.
+for the classes of the pods waiting for a node and of the workloads that created pods last.
 
 Steps run on the worker thread, about 2 ms each (``Warming.step_s``; a slow policy is evaluated a
 node at a time), one at a time and only while the thread is idle, with a pause between steps in
@@ -68,7 +68,8 @@ async def run(state: ServerState, warming: Warming, stop: asyncio.Event) -> None
     while not stop.is_set():
         if not started and state.cache is not None and state.cache.synced.is_set():
             started = True
-            warming.pending(serving, state.cache.pods(), list(state.cache.states))
+            newest = state.cache.exemplars.take() if state.cache.exemplars is not None else []
+            warming.at_start(serving, state.cache.pods(), newest, list(state.cache.states))
         if state.store.current is not serving:
             serving = state.store.current
             if state.cache is not None and state.cache.synced.is_set():

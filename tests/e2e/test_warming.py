@@ -1,6 +1,7 @@
 """Classes filled ahead of the scheduler (server/verbs/warming.py) against the real API server and
-kube-scheduler: a pod waiting for a node when kpe starts has its class filled from kpe's cache,
-and kube-scheduler's filter for it is then answered from memory."""
+kube-scheduler: a pod waiting for a node when kpe starts, or the next pod of the workload that
+placed pods last, has its class filled from kpe's cache, and kube-scheduler's filter for it is
+then answered from memory."""
 
 from __future__ import annotations
 
@@ -32,6 +33,24 @@ def test_a_pod_waiting_when_kpe_starts_has_its_class_filled_before_kube_schedule
     cluster.start_scheduler(kpe, node_cache_capable=True)
     bound = cluster.wait_bound(["waiting"])
     assert bound["waiting"] != f"{ns}-d"
+    assert kpe.metric("kpe_requests_total", verb="filter", code="200") >= 1
+    assert kpe.metric("kpe_equivalence_cache_nodes_total", verb="filter", result="miss") == 0, "every node was filled ahead"
+    assert kpe.metric("kpe_equivalence_cache_nodes_total", verb="filter", result="hit") >= 3
+
+
+def test_after_a_restart_the_class_of_the_workload_that_placed_pods_last_is_filled_before_its_next_pod(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    cluster.write_policy("keep-off-d.yaml", POLICY.format(ns=ns))
+    for suffix in "abcd":
+        cluster.node(f"{ns}-{suffix}")
+    # What a restarted kpe finds: the workload's pods placed before it stopped, none waiting.
+    cluster.api.pod(ns, "web-1", labels={"app": "web"}, node=f"{ns}-a")
+    kpe = cluster.start_kpe()
+    wait_until(lambda: kpe.metric("kpe_equivalence_warmed_nodes_total") >= 4, 30, "kpe to fill the class of the workload's newest pod")
+    cluster.api.pod(ns, "web-2", labels={"app": "web"})
+    cluster.start_scheduler(kpe, node_cache_capable=True)
+    bound = cluster.wait_bound(["web-2"])
+    assert bound["web-2"] != f"{ns}-d"
     assert kpe.metric("kpe_requests_total", verb="filter", code="200") >= 1
     assert kpe.metric("kpe_equivalence_cache_nodes_total", verb="filter", result="miss") == 0, "every node was filled ahead"
     assert kpe.metric("kpe_equivalence_cache_nodes_total", verb="filter", result="hit") >= 3
