@@ -240,6 +240,24 @@ def kpe_stats(url: str) -> dict[str, float]:
     return out
 
 
+CLUSTER_SETUP = "kpe (policies from the cluster)"
+
+
+def policy_objects(plane: rc.ControlPlane, policies: Path) -> None:
+    """The CRDs as ``kubectl apply -k deploy/crds`` installs them, kpe's RBAC to read them, and one
+    SchedulingPolicy per file of ``policies``, for ``--cluster-source``."""
+    import yaml
+
+    from tests.e2e.crds import POLICIES, install_crds
+
+    install_crds(plane)
+    plane.apply_rbac(rc.ROOT / "deploy" / "cluster-policies" / "rbac.yaml")
+    for path in sorted(policies.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "SchedulingPolicy":
+                plane.api.create(POLICIES, doc)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=1000)
@@ -259,6 +277,12 @@ def main() -> int:
     ap.add_argument("--also-source", action="append", default=[], metavar="DIR",
                     help="also run the kpe of another source tree (e.g. `git archive COMMIT | tar -x -C DIR`) as a setup of its "
                          "own, 'kpe (DIR's name)', alternating with the others: a before and after in the same run; repeatable")
+    ap.add_argument("--cluster-source", action="store_true",
+                    help="also run kpe serving the same policies as SchedulingPolicy objects (--policy-source cluster; the CRDs "
+                         "from deploy/crds/ installed, one object per policy file), a setup of its own: '%s'" % CLUSTER_SETUP)
+    ap.add_argument("--own-policies", action="store_true",
+                    help="each --also-source tree serves its own policies/ (bench/ablations.py: a feature off, its policies "
+                         "with it) instead of this tree's")
     ap.add_argument("--shape", default="default", choices=rc.SHAPES,
                     help="the cluster: default (four Deployments in one namespace on varied nodes), tainted-gpu (a quarter of the "
                          "nodes tainted GPU nodes, every pod alike), many-teams (%d small team namespaces of two Deployments each: "
@@ -282,6 +306,8 @@ def main() -> int:
     assert set(modes) <= {"names", "nodes"} and set(setups) <= {"none", *FLOORS, "kpe", "own"}, "unknown mode or setup"
     assert 0 < args.own_share <= 1, "--own-share is a share of the pods, above 0 and at most 1"
     sources: dict[str, Path | None] = {"kpe": None} | {f"kpe ({Path(d).name})": Path(d).resolve() for d in args.also_source}
+    if args.cluster_source:
+        sources[CLUSTER_SETUP] = None
     setups += list(sources)[1:]
     kpes = [s for s in setups if s in sources or s == "own"]
 
@@ -298,6 +324,8 @@ def main() -> int:
         print(f"control plane up; {args.nodes} nodes ({args.shape}) created in {t_nodes:.1f} s", flush=True)
         (workdir / "floor_app.py").write_text(FLOOR_APP)
         policies = rc.POLICIES
+        if args.cluster_source:
+            policy_objects(plane, policies)
         if args.caps:
             policies = workdir / "policies"
             policies.mkdir()
@@ -331,8 +359,12 @@ def main() -> int:
                         config = rc.scheduler_config(plane, f"http://127.0.0.1:{floors[setup][1]}/scheduler", node_cache_capable=names, drop_preempt=True)
                     else:
                         profile = args.profile / f"kpe-{round_}.prof" if args.profile else None
-                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=sources[setup], policies=policies, profile=profile)
-                        config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names, policies=policies)
+                        served, source = policies, sources[setup]
+                        if args.own_policies and source is not None:
+                            served = source / "policies"
+                        extra = ("--policy-source", "cluster") if setup == CLUSTER_SETUP else ()
+                        kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=source, policies=served, profile=profile, extra=extra)
+                        config = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names, policies=served)
                     if args.scheduler_qps > 0:
                         for c in (config, own) if own is not None else (config,):
                             c["clientConnection"].update(qps=args.scheduler_qps, burst=int(args.scheduler_qps))
