@@ -11,7 +11,7 @@ from typing import Any
 from engine.cluster.nodeinfo import NodesByName, NodeState, node_info_map
 from engine.equivalence.classes import EquivalenceCache, TrackedNodeInfo
 from engine.equivalence.filtering import filter_nodes
-from engine.equivalence.warming import Exemplars, Warming
+from engine.equivalence.warming import Exemplars, Warming, as_pending, workload
 from engine.policy.loader import load_text
 from engine.policy.model import PolicySet
 
@@ -176,6 +176,19 @@ def test_at_start_up_the_waiting_pods_classes_come_first_then_the_newest_workloa
     warming.step(policies, evaluate)
     # web's waiting pod stands for its workload; api's newest pod is filled as its next pod will come: no node, pending.
     assert seen == [("web-9", None, None), ("api-1", None, {"phase": "Pending"}), ("web-9 scores", None, None), ("api-1 scores", None, {"phase": "Pending"})]
+
+
+def test_a_bound_pod_stands_for_its_next_pod_without_the_topology_labels_binding_copied_from_its_node() -> None:
+    node = {"metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "a", "topology.kubernetes.io/region": "r", "topology.k8s.io/rack": "7"}}}
+    placed = bound("web-1", "2026-11-27T10:00:00Z", "rs-web")
+    placed["metadata"]["labels"] = {"app": "web", "topology.kubernetes.io/zone": "a", "topology.kubernetes.io/region": "r",
+                                    "topology.k8s.io/rack": "9"}  # the rack differs from the node's: the pod's own label
+    pending = as_pending(placed, node)
+    assert pending["metadata"]["labels"] == {"app": "web", "topology.k8s.io/rack": "9"}
+    assert "nodeName" not in pending["spec"] and pending["status"] == {"phase": "Pending"}
+    assert placed["metadata"]["labels"]["topology.kubernetes.io/zone"] == "a" and placed["spec"]["nodeName"] == "node-1"  # the cache's pod is untouched
+    loose = [{"metadata": {"namespace": "apps", "labels": {"app": "web", "topology.kubernetes.io/zone": zone}}} for zone in "ab"]
+    assert workload(loose[0]) == workload(loose[1]) == workload({"metadata": {"namespace": "apps", "labels": {"app": "web"}}})
 
 
 def test_a_chunk_doubles_while_quick_and_halves_when_one_evaluation_takes_longer_than_a_step() -> None:

@@ -91,16 +91,17 @@ class Warming:
             self._jobs.append(Job(policy_set, pod, names, speculative=True, size=self.first_chunk))
 
     def at_start(self, policy_set: PolicySet, waiting: Sequence[Mapping[str, Any]], newest: Sequence[Mapping[str, Any]],
-                 names: Sequence[str]) -> None:
+                 names: Sequence[str], *, node: Callable[[str], Mapping[str, Any] | None] = lambda name: None) -> None:
         """At start-up, once the cache has synced: the classes the scheduler asks about first after a
         restart. First those of the pods waiting for a node (no ``nodeName``, no scheduling gate),
-        then those of the workloads that created pods last (``newest``, ``Exemplars.pods``: a kpe
+        then those of the workloads that created pods last (``newest``, ``Exemplars.take``, as pending pods: a kpe
         restarted in a running cluster sees the Deployment that was scaling when it stopped), one
         pod per workload (its controller, else its namespace and labels), as many as the classes
         seen last are kept."""
         seen: set[Any] = set()
         limit = self.recent
-        for pod in [*(p for p in waiting if _waiting(p)), *map(as_pending, newest)]:
+        bound = [as_pending(p, node(str((p.get("spec") or {}).get("nodeName") or ""))) for p in newest]
+        for pod in [*(p for p in waiting if _waiting(p)), *bound]:
             key = workload(pod)
             if key in seen:
                 continue
@@ -155,16 +156,34 @@ def _waiting(pod: Mapping[str, Any]) -> bool:
 
 def workload(pod: Mapping[str, Any]) -> Any:
     """What pods of one class usually share: their controller (a ReplicaSet, a Job), else their
-    namespace and labels."""
+    namespace and labels (but topology ones)."""
     meta = pod.get("metadata") or {}
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or () if isinstance(o, dict) and o.get("controller")), None)
-    return owner or (meta.get("namespace"), tuple(sorted((meta.get("labels") or {}).items())))
+    # Without the labels binding copies from the node (``as_pending``): a workload's pods in three zones are one workload.
+    labels = tuple(sorted((k, v) for k, v in (meta.get("labels") or {}).items() if not k.split("/", 1)[0].endswith(TOPOLOGY_DOMAINS)))
+    return owner or (meta.get("namespace"), labels)
 
 
-def as_pending(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A bound pod as its workload's next pod reaches the scheduler: no node, pending."""
+def as_pending(pod: Mapping[str, Any], node: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """A bound pod as its workload's next pod reaches the scheduler: no node, pending, and without
+    the topology labels binding copied onto it from ``node`` (its node; the API server's
+    PodTopologyLabels admission, on by default from Kubernetes 1.35, copies the node's
+    ``topology.kubernetes.io/zone`` and ``region`` onto a pod it binds): its next pod has no such
+    labels yet, and labels are part of most classes."""
     spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
-    return {**pod, "spec": spec, "status": {"phase": "Pending"}}
+    pending: dict[str, Any] = {**pod, "spec": spec, "status": {"phase": "Pending"}}
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    node_labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    copied = [k for k, v in labels.items() if k.split("/", 1)[0].endswith(TOPOLOGY_DOMAINS) and node_labels.get(k) == v]
+    if copied:
+        pending["metadata"] = {**meta, "labels": {k: v for k, v in labels.items() if k not in copied}}
+    return pending
+
+
+# The label domains binding copies from the node (topology.k8s.io and its subdomains in the
+# plugin's first version, topology.kubernetes.io since).
+TOPOLOGY_DOMAINS = ("topology.kubernetes.io", "topology.k8s.io")
 
 
 class Exemplars:

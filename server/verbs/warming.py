@@ -69,7 +69,7 @@ async def run(state: ServerState, warming: Warming, stop: asyncio.Event) -> None
         if not started and state.cache is not None and state.cache.synced.is_set():
             started = True
             newest = state.cache.exemplars.take() if state.cache.exemplars is not None else []
-            warming.at_start(serving, state.cache.pods(), newest, list(state.cache.states))
+            warming.at_start(serving, state.cache.pods(), newest, list(state.cache.states), node=state.cache.node)
         if state.store.current is not serving:
             serving = state.store.current
             if state.cache is not None and state.cache.synced.is_set():

@@ -38,12 +38,28 @@ def test_a_pod_waiting_when_kpe_starts_has_its_class_filled_before_kube_schedule
     assert kpe.metric("kpe_equivalence_cache_nodes_total", verb="filter", result="hit") >= 3
 
 
+BY_LABELS = """
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {{name: keep-off-d}}
+spec:
+  match:
+    namespaces: [{ns}]
+  filters:
+  - name: not-d
+    # Reads the pod's labels, all of them: its class is its labels.
+    expression: "!node.metadata.name.endsWith('-d') || pod.metadata.labels.size() > 9"
+    message: closed
+"""
+
+
 def test_after_a_restart_the_class_of_the_workload_that_placed_pods_last_is_filled_before_its_next_pod(cluster: Cluster) -> None:
     ns = cluster.namespace
-    cluster.write_policy("keep-off-d.yaml", POLICY.format(ns=ns))
+    cluster.write_policy("keep-off-d.yaml", BY_LABELS.format(ns=ns))
     for suffix in "abcd":
-        cluster.node(f"{ns}-{suffix}")
-    # What a restarted kpe finds: the workload's pods placed before it stopped, none waiting.
+        cluster.node(f"{ns}-{suffix}", labels={"topology.kubernetes.io/zone": f"zone-{suffix}", "topology.kubernetes.io/region": "region-1"})
+    # What a restarted kpe finds: the workload's pods placed before it stopped, none waiting. From
+    # 1.35 the API server copies the node's zone and region labels onto a pod it binds.
     cluster.api.pod(ns, "web-1", labels={"app": "web"}, node=f"{ns}-a")
     kpe = cluster.start_kpe()
     wait_until(lambda: kpe.metric("kpe_equivalence_warmed_nodes_total") >= 4, 30, "kpe to fill the class of the workload's newest pod")
