@@ -21,18 +21,16 @@ through: kpe down must never keep the objects that repair it from being written 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
 
 from engine.errors import PolicyError
 from engine.policy.compiler import CostLimits
 from engine.policy.objects import KINDS, admission_text, check_object, object_name
 
-from server.admission.webhook import decode_review, review_response
-from server.http.responses import HTTPProblem, json_response, read_json
+from server.admission.webhook import review_endpoint, review_response
+from server.http.responses import json_response
 from server.state import ServerState
 
 log = logging.getLogger("kpe.webhook")
@@ -70,26 +68,7 @@ def unchanged_spec(review: dict[str, Any], obj: dict[str, Any]) -> bool:
     return isinstance(old, dict) and old.get("spec") == obj.get("spec")
 
 
-async def handle_policy_admission(request: Request) -> Response:
-    """The endpoint, counted and timed like the pod webhook (verb ``policy-admission``)."""
-    state: ServerState = request.app.state.kpe
-    start = time.perf_counter()
-    try:
-        response = await _review(request, state)
-    except Exception as exc:  # noqa: BLE001 - a bug must answer in JSON, not reset the API server's connection
-        log.exception("internal error in the policy webhook")
-        response = json_response({"error": f"kpe internal error in the policy webhook: {type(exc).__name__}: {exc}"}, 500)
-    state.metrics.requests.labels("policy-admission", str(response.status_code)).inc()
-    state.metrics.latency.labels("policy-admission").observe(time.perf_counter() - start)
-    return response
-
-
-async def _review(request: Request, state: ServerState) -> Response:
-    try:
-        review = decode_review(await read_json(request, state.settings.max_body_bytes))
-    except HTTPProblem as exc:
-        state.metrics.policy_reviews.labels("invalid").inc()
-        return json_response({"error": exc.message}, exc.status)
+async def _review(review: dict[str, Any], state: ServerState) -> Response:
     uid = review["uid"]
     kind = review.get("kind")
     obj = review.get("object")
@@ -112,3 +91,6 @@ async def _review(request: Request, state: ServerState) -> Response:
     state.metrics.policy_reviews.labels("refused").inc()
     log.info("refused %s: %s", object_name(obj), checked.message(), extra={"operation": review.get("operation"), "user": (review.get("userInfo") or {}).get("username")})
     return json_response(refusal(uid, obj, checked.errors))
+
+
+handle_policy_admission = review_endpoint("policy-admission", "policy webhook", lambda metrics: metrics.policy_reviews, _review)

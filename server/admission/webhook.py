@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -32,6 +32,7 @@ from engine.policy.model import PolicySet
 
 from server.http.responses import HTTPProblem, json_response, read_json
 from server.state import ServerState
+from server.telemetry.metrics import Metrics
 from server.http.wire import WireError, check_pod
 
 log = logging.getLogger("kpe.webhook")
@@ -108,26 +109,35 @@ def decode_review(body: Any) -> dict[str, Any]:
     return request
 
 
-async def handle_admission(request: Request) -> Response:
-    """The webhook endpoint, counted and timed like the extender verbs (verb ``admission``)."""
-    state: ServerState = request.app.state.kpe
-    start = time.perf_counter()
-    try:
-        response = await _review(request, state)
-    except Exception as exc:  # noqa: BLE001 - a bug must answer in JSON, not reset the API server's connection
-        log.exception("internal error in the admission webhook")
-        response = json_response({"error": f"kpe internal error in the admission webhook: {type(exc).__name__}: {exc}"}, 500)
-    state.metrics.requests.labels("admission", str(response.status_code)).inc()
-    state.metrics.latency.labels("admission").observe(time.perf_counter() - start)
-    return response
+Review = Callable[[dict[str, Any], ServerState], Awaitable[Response]]
 
 
-async def _review(request: Request, state: ServerState) -> Response:
-    try:
-        review = decode_review(await read_json(request, state.settings.max_body_bytes))
-    except HTTPProblem as exc:
-        state.metrics.admission_reviews.labels("invalid").inc()
-        return json_response({"error": exc.message}, exc.status)
+def review_endpoint(verb: str, what: str, outcomes: Callable[[Metrics], Any], review: Review) -> Callable[[Request], Awaitable[Response]]:
+    """An AdmissionReview endpoint: the body read (size-limited) and decoded, a bad one a 400/413
+    in JSON, ``review(request's review, state)`` answering, and all of it counted and timed like
+    the extender verbs (``verb``); ``outcomes(metrics)`` counts the reviews by outcome."""
+    async def endpoint(request: Request) -> Response:
+        state: ServerState = request.app.state.kpe
+        start = time.perf_counter()
+        try:
+            try:
+                decoded = decode_review(await read_json(request, state.settings.max_body_bytes))
+            except HTTPProblem as exc:
+                outcomes(state.metrics).labels("invalid").inc()
+                response = json_response({"error": exc.message}, exc.status)
+            else:
+                response = await review(decoded, state)
+        except Exception as exc:  # noqa: BLE001 - a bug must answer in JSON, not reset the API server's connection
+            log.exception("internal error in the %s", what)
+            response = json_response({"error": f"kpe internal error in the {what}: {type(exc).__name__}: {exc}"}, 500)
+        state.metrics.requests.labels(verb, str(response.status_code)).inc()
+        state.metrics.latency.labels(verb).observe(time.perf_counter() - start)
+        return response
+
+    return endpoint
+
+
+async def _review(review: dict[str, Any], state: ServerState) -> Response:
     uid = review["uid"]
     kind = review.get("kind")
     pod = review.get("object")
@@ -174,3 +184,6 @@ async def _review(request: Request, state: ServerState) -> Response:
     state.metrics.admission_reviews.labels("gated" if patch else "allowed").inc()
     state.record("webhook", pod, policy_set.generation, gates=result.gates, pending=[d.gate for d in result.pending], **scheduler)
     return json_response(review_response(uid, patch=patch + route))
+
+
+handle_admission = review_endpoint("admission", "admission webhook", lambda metrics: metrics.admission_reviews, _review)

@@ -20,8 +20,6 @@ made on the first read after a change, the same object until the next one.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,7 +27,7 @@ from typing import Any
 from engine.cluster.devices import EMPTY_DRA, GROUP, KINDS, VERSION, DeviceIndex, key, view
 from engine.policy.model import PolicySet
 
-from server.cluster.informer import Informer
+from server.cluster.informer import Informer, cancelled, start_and_wait
 from server.cluster.trim import trim
 from server.cluster.kube import ApiError, KubeClient
 
@@ -113,24 +111,10 @@ class Devices:
     def start_before_swap(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
         """Start watching for a set that reads ``dra``, in the reload thread, and return once
         listed (or known not served): the set is held back until then, as for namespaces."""
-        async def started() -> None:
-            self.start(stop)
-            await self.ready.wait()
-
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop:
-            loop.create_task(started())
-            return
-        with contextlib.suppress(concurrent.futures.CancelledError, RuntimeError):
-            asyncio.run_coroutine_threadsafe(started(), loop).result()
+        start_and_wait(loop, lambda: self.start(stop), self.ready)
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+        await cancelled(self.task)
 
     def view(self) -> Mapping[str, Any]:
         """``dra`` now (the index's snapshot, made on the first read after a change); empty until listed."""

@@ -25,12 +25,13 @@ keeps growing. What the events do to the cache is the sink's (``server.cluster.c
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
 import random
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from server.cluster.kube import ApiError, Expired, KubeClient, WatchError
@@ -358,3 +359,29 @@ async def _unless(wanted: asyncio.Event, work: Coroutine[Any, Any, None]) -> boo
         return True
     task.result()
     return False
+
+
+def start_and_wait(loop: asyncio.AbstractEventLoop, start: Callable[[], None], ready: asyncio.Event) -> None:
+    """Call ``start`` on ``loop`` and return once ``ready`` is set: how a reload (in its own thread)
+    holds back a set until a watch the set needs has listed. On the loop itself it cannot wait,
+    and only starts."""
+    async def started() -> None:
+        start()
+        await ready.wait()
+
+    try:
+        on_loop = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        on_loop = False
+    if on_loop:
+        loop.create_task(started())
+        return
+    with contextlib.suppress(concurrent.futures.CancelledError, RuntimeError):
+        asyncio.run_coroutine_threadsafe(started(), loop).result()
+
+
+async def cancelled(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a watch's task (if started) and wait until it has stopped."""
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

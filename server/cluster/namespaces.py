@@ -14,8 +14,6 @@ objects per change. While the informer is not connected, the cache as a whole is
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,7 +21,7 @@ from typing import Any
 from engine.cluster.projection import namespace_view
 from engine.policy.model import PolicySet
 
-from server.cluster.informer import Informer
+from server.cluster.informer import Informer, cancelled, start_and_wait
 
 log = logging.getLogger("kpe.cache")
 
@@ -75,24 +73,10 @@ class Namespaces:
         """Start watching for a set that reads namespaceObject, in the reload thread, and return
         once the namespaces are listed: the set is held back until then, as for pod fields the
         cache dropped (on the loop itself it cannot wait, and only starts)."""
-        async def started() -> None:
-            self.start(stop)
-            await self.listed.wait()
-
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop:
-            loop.create_task(started())
-            return
-        with contextlib.suppress(concurrent.futures.CancelledError, RuntimeError):
-            asyncio.run_coroutine_threadsafe(started(), loop).result()
+        start_and_wait(loop, lambda: self.start(stop), self.listed)
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+        await cancelled(self.task)
 
     def view(self) -> Mapping[str, Obj] | None:
         """The namespaces by name once listed; None before (``namespaceObject`` is then null)."""
