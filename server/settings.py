@@ -167,8 +167,9 @@ class Settings:
         metadata={
             "group": "cluster access and cache",
             "help": "after an equivalence class's first filter with node names, for the classes seen last after a policy reload, and at "
-            "start-up for the pods waiting for a node: "
-            "evaluate the rest of the cluster's nodes for it in the background (steps of about 2 ms on the worker thread, while it is idle), so its next pods "
+            "start-up for the pods waiting for a node and the workloads that placed pods last: "
+            "evaluate the rest of the cluster's nodes for it in the background (steps of about 2 ms on the worker thread, while it is idle; "
+            "the classes take turns, each in the order kube-scheduler's windows will come), so its next pods "
             "find their nodes remembered"
         },
     )

@@ -89,6 +89,48 @@ def test_every_class_waiting_has_its_filter_filled_before_any_class_its_scores()
     assert [name for _, name, _ in evaluate.calls] == ["web-1", "api-1", "web-1 scores", "api-1 scores"]
 
 
+def test_classes_take_turns_a_chunk_each_so_every_class_s_next_nodes_are_filled_before_any_class_s_far_ones() -> None:
+    policies = load_text(COSTED)
+    warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks())
+    for name in ("web-1", "api-1"):
+        warming.first_request(policies, pod(name), NAMES)
+    evaluate = Calls()
+    warming.step(policies, evaluate)
+    assert [(name, names[0]) for _, name, names in evaluate.calls] == [
+        ("web-1", "node-0"), ("api-1", "node-0"), ("web-1", "node-2"), ("api-1", "node-2"), ("web-1", "node-4"), ("api-1", "node-4"),
+        ("web-1 scores", "node-0"), ("api-1 scores", "node-0"), ("web-1 scores", "node-2"), ("api-1 scores", "node-2"),
+        ("web-1 scores", "node-4"), ("api-1 scores", "node-4"),
+    ]
+
+
+def test_once_the_scheduler_s_windows_went_round_the_nodes_after_its_last_window_are_filled_first() -> None:
+    names = [f"node-{i}" for i in range(12)]
+    scheduler = names[6:] + names[:6]  # kube-scheduler's own order of the nodes: not kpe's
+    warming = Warming()
+    assert warming.order(names) == names  # nothing seen: kpe's order
+    warming.saw(scheduler[0:4])
+    warming.saw(scheduler[4:8])
+    # Not yet round the cluster: the next window is among the nodes not seen yet.
+    assert warming.order(names)[:4] == ["node-2", "node-3", "node-4", "node-5"]
+    warming.saw(scheduler[8:12])
+    warming.saw(scheduler[0:3])  # round once: the scheduler's next window starts at scheduler[3]
+    assert warming.order(names) == scheduler[3:] + scheduler[:3]
+    # A node the scheduler never sends (its own filters reject it) comes last.
+    assert warming.order([*names, "node-tainted"])[-1] == "node-tainted"
+
+
+def test_a_class_is_filled_in_the_order_the_scheduler_will_ask_for_its_nodes() -> None:
+    policies = load_text(COSTED)
+    names = [f"node-{i}" for i in range(6)]
+    warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks())
+    for window in (["node-4", "node-5"], ["node-0", "node-1"], ["node-2", "node-3"], ["node-4", "node-5"]):
+        warming.saw(window)
+    warming.first_request(policies, pod("web-1"), names)
+    evaluate = Calls()
+    warming.step(policies, evaluate)
+    assert [names for _, name, names in evaluate.calls if name == "web-1"] == [["node-0", "node-1"], ["node-2", "node-3"], ["node-4", "node-5"]]
+
+
 def test_a_job_of_a_policy_set_no_longer_serving_is_dropped_unevaluated() -> None:
     old, new = load_text(COSTED), load_text(COSTED + "\n", file="other.yaml")
     warming = Warming(chunk=2, first_chunk=2, step_s=10, clock=Ticks())
@@ -108,7 +150,8 @@ def test_after_a_reload_the_classes_seen_last_are_filled_under_the_new_set_and_o
     evaluate = Calls(first={"api-1": False})
     warming.step(new, evaluate)
     assert [(generation, name) for generation, name, _ in evaluate.calls] == (
-        [(new.generation, "batch-1")] * 3 + [(new.generation, "api-1")] + [(new.generation, "batch-1 scores")] * 3
+        # The most recent first, then a chunk of each in turn: api-1's first chunk ends its job.
+        [(new.generation, "batch-1"), (new.generation, "api-1")] + [(new.generation, "batch-1")] * 2 + [(new.generation, "batch-1 scores")] * 3
     )
     assert not warming
 

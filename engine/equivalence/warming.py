@@ -6,8 +6,15 @@ the classes of a policy a reload changed) evaluates a window on each of its firs
 5,000 nodes ten requests of tens of milliseconds, where a warm class answers in a fraction of
 one. Once a class's first request has been answered, the same pod is evaluated against every
 other node in the background, a few nodes at a time (the filter of every class waiting first,
-then the scores of the nodes it passes), so its next pods find their windows remembered. Nothing extra is evaluated in the end: the class's next pods would have evaluated
-those nodes anyway, on the scheduler's clock.
+then the scores of the nodes it passes), so its next pods find their windows remembered. Nothing
+extra is evaluated in the end: the class's next pods would have evaluated those nodes anyway, on
+the scheduler's clock.
+
+What comes first matters when the scheduler's next pods come at once (after a reload, a restart,
+a burst of new Deployments): the classes take turns a chunk at a time, and each is filled in the
+order kube-scheduler will ask for its nodes, learnt from its last requests (``Warming.order``:
+its windows go round its nodes in one fixed order), so every class's next windows are
+remembered before any class's far ones.
 
 After a reload, the classes whose first pods were seen most recently are filled again under the
 new set; a class the reload left alone (its policies' content unchanged) still has its results
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from itertools import chain
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,12 +57,13 @@ class Job:
     speculative: bool = False
     scores: bool = False  # the second pass: the scores of the nodes the filter passes
     size: int = 1  # names per evaluation, grown or shrunk by how long the last one took
+    ordered: bool = False  # ``names`` put in the order the scheduler will ask for them (at the first step)
 
 
 class Warming:
     """Jobs of classes to fill, oldest first, and the first pods of the classes seen last."""
 
-    def __init__(self, *, chunk: int = 32, first_chunk: int = 2, recent: int = 16, jobs: int = 64, step_s: float = 0.002,
+    def __init__(self, *, chunk: int = 32, first_chunk: int = 2, recent: int = 16, jobs: int = 64, windows: int = 64, step_s: float = 0.002,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         # Names per evaluation: a job starts at ``first_chunk`` and doubles while an evaluation takes
         # under an eighth of a step, up to ``chunk``; halves when one takes longer than a step. A
@@ -63,13 +72,48 @@ class Warming:
         self.first_chunk = first_chunk
         self.step_s = step_s  # how long one step evaluates before handing the event loop back
         self.clock = clock
-        self._jobs: deque[Job] = deque(maxlen=jobs)  # a burst of new classes drops the oldest jobs
+        self._jobs: deque[Job] = deque(maxlen=jobs)  # filters to fill; a burst of new classes drops the oldest jobs
+        self._scores: deque[Job] = deque(maxlen=jobs)  # then the scores of what they passed
+        # The node names of the last filter requests, newest last: the scheduler's order of its
+        # nodes, which its windows go round (``order``). References only: the requests' own lists.
+        self._windows: deque[Sequence[str]] = deque(maxlen=windows)
+        self._ordered: tuple[Any, list[str]] | None = None  # the last ``order`` (its names and windows) and its answer
         self._recent: deque[Mapping[str, Any]] = deque(maxlen=recent)  # first pods of the classes seen last
         self.evaluated = 0  # names evaluated, for the metrics
         self.on_job: Callable[[], None] | None = None  # called when a job is queued (the server wakes its task)
 
     def __bool__(self) -> bool:
-        return bool(self._jobs)
+        return bool(self._jobs) or bool(self._scores)
+
+    def saw(self, names: Sequence[str]) -> None:
+        """A filter request with these node names (in the scheduler's order) was answered."""
+        self._windows.append(names)
+
+    def order(self, names: Sequence[str]) -> list[str]:
+        """``names`` in the order the scheduler is likely to ask for them next.
+
+        kube-scheduler looks at its nodes in one fixed order, each pod's window starting where the
+        previous pod's stopped (``nextStartNodeIndex``), and sends kpe the window's feasible nodes
+        in that order. So once its windows have gone round the cluster, the nodes kpe saw longest
+        ago are the next to come; before that, the nodes not seen yet are. A node the scheduler
+        never sends (its own filters reject it) is left for last once the windows went round."""
+        windows = list(self._windows)  # one C call: the event loop appends while a step reads
+        if not windows:
+            return list(names)
+        key = (id(names), len(names), id(windows[-1]), len(windows))
+        if self._ordered is not None and self._ordered[0] == key:
+            return self._ordered[1]  # the jobs a reload queues share one list of names
+        # Every name once, by when it was last seen, newest first (each window read backwards), then turned round.
+        by_last_seen = list(dict.fromkeys(chain.from_iterable(map(reversed, reversed(windows)))))
+        by_last_seen.reverse()
+        went_round = not set(windows[-1]).isdisjoint(chain.from_iterable(windows[:-1]))
+        current = set(names)
+        seen = [name for name in by_last_seen if name in current]
+        known = set(by_last_seen)
+        unseen = [name for name in names if name not in known]
+        ordered = seen + unseen if went_round else unseen + seen
+        self._ordered = (key, ordered)
+        return ordered
 
     @property
     def recent(self) -> int:
@@ -87,6 +131,7 @@ class Warming:
         """The policies were reloaded: the pending jobs are of the old set; the classes seen last are
         filled under ``policy_set``, the most recent first."""
         self._jobs.clear()
+        self._scores.clear()
         for pod in reversed(self._recent):
             self._jobs.append(Job(policy_set, pod, names, speculative=True, size=self.first_chunk))
 
@@ -116,16 +161,23 @@ class Warming:
     def clear(self) -> None:
         """Drop every job (after an error: a job that fails would fail again)."""
         self._jobs.clear()
+        self._scores.clear()
 
     def step(self, current: PolicySet, evaluate: Evaluate) -> None:
-        """Evaluate chunks of the oldest jobs for about ``step_s``; a job of a set no longer
-        ``current`` is dropped (a reload queues its own)."""
+        """Evaluate chunks of the jobs for about ``step_s``, a chunk of each in turn, filters before
+        scores; a job of a set no longer ``current`` is dropped (a reload queues its own)."""
         start = now = self.clock()
-        while self._jobs and now - start < self.step_s:
-            job = self._jobs[0]
+        while (self._jobs or self._scores) and now - start < self.step_s:
+            jobs = self._jobs or self._scores
+            job = jobs[0]
             if job.policy_set is not current:
-                self._jobs.popleft()
+                jobs.popleft()
                 continue
+            if not job.ordered:
+                job.ordered = True
+                if self._windows:
+                    job.names = self.order(job.names)
+                    now = self.clock()  # ordering a large cluster's names takes a moment of the step
             names = list(job.names[job.done:job.done + job.size])
             before = now
             first = evaluate(job.policy_set, job.pod, names, job.scores)
@@ -137,16 +189,19 @@ class Warming:
                 job.size = min(self.chunk, job.size * 2)
             self.evaluated += len(names)
             if job.done == 0 and job.speculative and not job.scores and not first:
-                self._jobs.popleft()  # its class was kept through the reload, or is being filled
+                jobs.popleft()  # its class was kept through the reload, or is being filled
                 continue
             job.done += len(names)
-            if job.done >= len(job.names):
-                self._jobs.popleft()
-                if not job.scores:
-                    # Every class's filter before any class's scores: the filter is what the
-                    # scheduler's next pods wait for first, and a prioritize is often worked out
-                    # ahead of its request.
-                    self._jobs.append(Job(job.policy_set, job.pod, job.names, scores=True, size=job.size))
+            jobs.popleft()
+            if job.done < len(job.names):
+                # A chunk of each class in turn: the scheduler's next pods are of any of them, and
+                # each class's next windows are filled before any class's far ones.
+                jobs.append(job)
+            elif not job.scores:
+                # Every class's filter before any class's scores: the filter is what the
+                # scheduler's next pods wait for first, and a prioritize is often worked out
+                # ahead of its request.
+                self._scores.append(Job(job.policy_set, job.pod, job.names, scores=True, size=job.size, ordered=True))
 
 
 def _waiting(pod: Mapping[str, Any]) -> bool:
