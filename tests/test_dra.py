@@ -339,6 +339,38 @@ def test_the_equivalence_cache_remembers_a_dra_rule_until_the_dra_objects_change
     assert after.memo_misses == 2 and after.failed == {NODE: "gpu-placement/enough-free-gpus: node has 1 of 4 GPUs free, pod needs 2"}
 
 
+def test_a_match_that_reads_dra_is_remembered_while_the_dra_objects_are_the_same_and_follows_them_when_they_change(tmp_path: Path) -> None:
+    from engine.equivalence.classes import EquivalenceCache
+    from engine.equivalence.filtering import filter_nodes as remembered
+
+    shipped = (ROOT / "policies" / "gpu-placement.yaml").read_text()
+    (tmp_path / "gpu-placement.yaml").write_text(shipped.replace("gpuDeviceClass: gpu.nvidia.com", "gpuDeviceClass: test-class"))
+    policies = load([tmp_path / "gpu-placement.yaml"])
+    policy = policies.policies[0]
+    memo = EquivalenceCache()
+    calls: list[str] = []
+
+    def evaluate(outcome: str) -> Any:
+        calls.append(outcome)
+        return outcome
+
+    dra, other = cluster(), cluster()
+    assert memo.match(policy, pod("p0"), lambda: evaluate("first"), {"dra": dra}) == "first"
+    assert memo.match(policy, pod("p1"), lambda: evaluate("again"), {"dra": dra}) == "first"  # a replica, the same dra: remembered
+    assert memo.match(policy, pod("p2"), lambda: evaluate("changed"), {"dra": other}) == "changed"  # a DRA object changed
+    assert calls == ["first", "changed"]
+
+    # Through the filter: the pod's claim template comes into view, and the GPU policy then applies to it.
+    nodes = [node(), {"metadata": {"name": "cpu-0"}, "status": {"allocatable": {"cpu": "4"}}}]
+    info = node_info_map(nodes, [])
+    memo = EquivalenceCache()
+    unseen = dra_of({"resourceslices": [slice_()], "deviceclasses": [fixture("deviceclass.yaml")]})  # no template yet: no GPUs asked
+    before = remembered(policies, pod("p3"), nodes, node_info=info, memo=memo, dra=unseen)
+    assert sorted(before.passed) == ["cpu-0", NODE]
+    after = remembered(policies, pod("p4"), nodes, node_info=info, memo=memo, dra=cluster())
+    assert (after.passed, after.unresolvable) == ([NODE], {"cpu-0": "gpu-placement/gpu-node: node has no GPUs"})
+
+
 def test_the_server_keeps_dra_from_lists_and_watch_events_and_hands_out_one_object_until_a_change() -> None:
     devices = Devices(_Client(404), lambda kind, path, sink: _Informer(kind))  # type: ignore[arg-type,return-value]
     devices.served = True

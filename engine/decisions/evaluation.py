@@ -231,7 +231,8 @@ def requested_resources(pod: Mapping[str, Any]) -> set[str]:
 
 
 MatchMemo = Callable[[Policy, Mapping[str, Any], Callable[[], "Outcome"], Any], "Outcome"]
-"""``memo(policy, pod, evaluate, namespace)``: the outcome of the policy's match expression for the pod,
+"""``memo(policy, pod, evaluate, fixed)``: the outcome of the policy's match expression for the pod (``fixed``: the
+request's other inputs, ``namespaceObject`` and ``dra``),
 ``evaluate()``'s or one remembered for an equivalent pod (``EquivalenceCache.match``)."""
 
 
@@ -266,7 +267,7 @@ def matching_scopes(
             def evaluate(scope: PolicyScope = scope, expression: Expression = expression) -> Outcome:
                 return run_rule(scope, expression, {}, None, rule="match", kind="match", timed=explain is not None)
 
-            outcome = memo(policy, pod, evaluate, scope.fixed.get("namespaceObject")) if memo is not None and explain is None else evaluate()
+            outcome = memo(policy, pod, evaluate, scope.fixed) if memo is not None and explain is None else evaluate()
             if outcome.error is not None:
                 # failurePolicy Fail: apply the policy (its rules decide); Ignore: skip it.
                 outcome.effect = "applies (error, failurePolicy Fail)" if policy.fail_closed else "skipped (error, failurePolicy Ignore)"

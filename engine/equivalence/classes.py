@@ -444,6 +444,9 @@ class EquivalenceCache:
         # (policy name, pod fingerprint) -> (the policy's digest, its match outcome); the digest
         # tells a changed policy of the same name from one a reload left as it was.
         self._matches: dict[tuple[str, bytes], tuple[bytes, Outcome]] = {}
+        # Outcomes of matches that read dra, all under ``_matches_dra`` (the DRA objects they were worked out with).
+        self._dra_matches: dict[tuple[str, bytes], tuple[bytes, Outcome]] = {}
+        self._matches_dra: Any = None
 
     def __len__(self) -> int:
         return len(self._tables)
@@ -503,26 +506,39 @@ class EquivalenceCache:
             self._tables.move_to_end(key)
         return table
 
-    def match(self, policy: Policy, pod: Mapping[str, Any], evaluate: Callable[[], Outcome], namespace: Any = None) -> Outcome:
+    def match(self, policy: Policy, pod: Mapping[str, Any], evaluate: Callable[[], Outcome], fixed: Mapping[str, Any] | None = None) -> Outcome:
         """The outcome of ``policy``'s match expression for ``pod``: remembered for pods that
         agree on every field the policy reads (match expression, variables and rules: a
         superset of what the match reads), unless it reads ``now``. Replicas of one pod
-        template share it, so a request no longer binds and runs every match expression."""
+        template share it, so a request no longer binds and runs every match expression.
+        ``fixed``: the request's inputs beside the pod (its ``namespaceObject``, ``dra``). A
+        match that reads ``dra`` (the shipped GPU policies: a pod claims GPUs through DRA) is
+        remembered while ``dra`` is the same object, that is until a DRA object changes."""
         reads = self.reads(policy)
         if self.classes <= 0 or reads.match_paths is None:
             return evaluate()
+        fixed = fixed or {}
         fingerprint = pod_fingerprint(pod, reads.match_paths)
         if fingerprint is not None and reads.match_namespace_paths:
-            seen = namespace_fingerprint(namespace, reads.match_namespace_paths)
+            seen = namespace_fingerprint(fixed.get("namespaceObject"), reads.match_namespace_paths)
             fingerprint = None if seen is None else fingerprint + seen
         if fingerprint is None:
             return evaluate()
+        matches = self._matches
+        if reads.match_reads_dra:
+            dra = fixed.get("dra")
+            if dra is not self._matches_dra:
+                # Only the current DRA objects are kept (a snapshot can be megabytes): outcomes
+                # under the ones before go with them.
+                self._dra_matches.clear()
+                self._matches_dra = dra
+            matches = self._dra_matches
         key = (policy.name, fingerprint)
-        found = self._matches.get(key)
+        found = matches.get(key)
         if found is None or found[0] != reads.digest:
-            if len(self._matches) >= MATCHES_KEPT:
-                self._matches.clear()
-            found = self._matches[key] = (reads.digest, evaluate())
+            if len(matches) >= MATCHES_KEPT:
+                matches.clear()
+            found = matches[key] = (reads.digest, evaluate())
         return found[1]
 
     def reads(self, policy: Policy) -> PolicyReads:

@@ -63,7 +63,9 @@ class PolicyReads:
         # What a match expression's outcome is remembered by (None: it reads now, so never).
         self.match_paths: tuple[Path, ...] | None = None
         self.match_namespace_paths: tuple[Path, ...] = ()
-        if match is not None and not self.timed(match) and DRA not in match.program.free_variables:
+        # A match that reads dra is remembered while the DRA objects are the same object (EquivalenceCache.match).
+        self.match_reads_dra = match is not None and DRA in match.program.free_variables
+        if match is not None and not self.timed(match):
             self.match_namespace_paths = tuple(sorted(self.namespace_paths | frozenset(object_paths(match.root, "namespaceObject"))))
             self.match_paths = tuple(sorted(self.pod_paths | frozenset(pod_paths(match.root))))
 
