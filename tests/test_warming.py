@@ -79,17 +79,7 @@ def test_a_class_s_first_request_fills_the_rest_of_the_cluster_a_chunk_at_a_time
     assert warming.evaluated == 10
 
 
-def test_every_class_waiting_has_its_filter_filled_before_any_class_its_scores() -> None:
-    policies = load_text(COSTED)
-    warming = Warming(chunk=5, first_chunk=5, step_s=100, clock=Ticks())
-    for name in ("web-1", "api-1"):
-        warming.first_request(policies, pod(name), NAMES)
-    evaluate = Calls()
-    warming.step(policies, evaluate)
-    assert [name for _, name, _ in evaluate.calls] == ["web-1", "api-1", "web-1 scores", "api-1 scores"]
-
-
-def test_classes_take_turns_a_chunk_each_so_every_class_s_next_nodes_are_filled_before_any_class_s_far_ones() -> None:
+def test_classes_take_turns_a_chunk_each_and_every_class_s_filter_is_filled_before_any_class_s_scores() -> None:
     policies = load_text(COSTED)
     warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks())
     for name in ("web-1", "api-1"):
