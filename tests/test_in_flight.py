@@ -239,6 +239,34 @@ def test_a_pod_of_a_burst_is_kept_off_the_nodes_an_earlier_pod_may_have_been_pla
         assert answer["NodeNames"] == ["n2"] and answer["FailedNodes"] == {"n1": "one-per-team/spread: a pod of this team already runs here"}
 
 
+def test_a_pod_seen_bound_while_a_filter_runs_still_counts_where_that_filter_read_its_node_before_the_binding(
+    api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from server.verbs import handlers
+
+    for url, state in kpe(api, tmp_path, ONE_PER_TEAM):
+        first, second = create(api, "a1"), create(api, "a2")
+        assert filter_(url, first)["NodeNames"] == ["n1", "n2"]
+        real = handlers.filter_nodes
+        applied: list[bool] = []
+
+        def filter_then_a1_seen_bound(*args: Any, **kwargs: Any) -> Any:
+            # The filter has read n1 and n2 without a1; then the event loop applies a1's binding to
+            # n1 (on the worker thread it goes on doing so), before the pods in flight are counted.
+            result = real(*args, **kwargs)
+            if not applied:
+                applied.append(True)
+                bound = {**first, "metadata": {**first["metadata"], "resourceVersion": "999999"}, "spec": {**first["spec"], "nodeName": "n1"}}
+                state.cache.apply(state.cache._informers["pod"], {"type": "MODIFIED", "object": bound})
+            return result
+
+        monkeypatch.setattr(handlers, "filter_nodes", filter_then_a1_seen_bound)
+        # a1 counts where the filter judged without it: in flight, as it was when the filter began
+        # (or bound, if the answer was worked out again after the binding). Never on n1 uncounted.
+        answer = filter_(url, second)
+        assert applied and "n1" not in answer["NodeNames"] and answer["FailedNodes"]["n1"].startswith("one-per-team/spread")
+
+
 def test_without_the_accounting_the_burst_goes_past_the_limit(api: FakeApiServer, tmp_path: Path) -> None:
     for url, _ in kpe(api, tmp_path, ONE_PER_TEAM, in_flight_s=0):
         first, second = create(api, "a1"), create(api, "a2")

@@ -95,10 +95,10 @@ def test_an_unexpected_exception_on_an_introspection_route_is_a_json_500_on_a_co
 
 
 def test_an_unexpected_exception_in_the_webhook_is_a_json_500(kpe: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def broken(*args: Any) -> Any:
+    def broken(*args: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(webhook, "_review", broken)
+    monkeypatch.setattr(webhook, "check_pod", broken)  # called on every pod the webhook reviews
     response = httpx.post(kpe + "/admission/pods", json=review({}))
     assert (response.status_code, response.json()) == (500, {"error": "kpe internal error in the admission webhook: RuntimeError: boom"})
 

@@ -179,6 +179,14 @@ class InFlight:
         if len(self._pods) > MAX_PODS:
             del self._pods[next(iter(self._pods))]
 
+    def frozen(self) -> InFlight:
+        """A copy that the event loop does not change: what a decision reads while the loop goes on
+        applying watch events (``server.verbs.inflight``)."""
+        copy = InFlight(ttl=self.ttl, clock=self.clock)
+        copy._pods = dict(self._pods)  # one C call: the event loop cannot change it halfway
+        copy._last = self._last
+        return copy
+
     # --- read by decisions ---------------------------------------------------------------
 
     def on(self, names: Iterable[str], *, besides: str = "", priority: int | None = None) -> dict[str, list[Obj]]:

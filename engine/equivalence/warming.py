@@ -77,7 +77,8 @@ class Warming:
         # The node names of the last filter requests, newest last: the scheduler's order of its
         # nodes, which its windows go round (``order``). References only: the requests' own lists.
         self._windows: deque[Sequence[str]] = deque(maxlen=windows)
-        self._ordered: tuple[Any, list[str]] | None = None  # the last ``order`` (its names and windows) and its answer
+        # The last ``order``: its names, the newest window then, how many windows, and its answer.
+        self._ordered: tuple[Sequence[str], Sequence[str], int, list[str]] | None = None
         self._recent: deque[Mapping[str, Any]] = deque(maxlen=recent)  # first pods of the classes seen last
         self.evaluated = 0  # names evaluated, for the metrics
         self.on_job: Callable[[], None] | None = None  # called when a job is queued (the server wakes its task)
@@ -100,9 +101,9 @@ class Warming:
         windows = list(self._windows)  # one C call: the event loop appends while a step reads
         if not windows:
             return list(names)
-        key = (id(names), len(names), id(windows[-1]), len(windows))
-        if self._ordered is not None and self._ordered[0] == key:
-            return self._ordered[1]  # the jobs a reload queues share one list of names
+        last = self._ordered
+        if last is not None and last[0] is names and last[1] is windows[-1] and last[2] == len(windows):
+            return last[3]  # the jobs a reload queues share one list of names
         # Every name once, by when it was last seen, newest first (each window read backwards), then turned round.
         by_last_seen = list(dict.fromkeys(chain.from_iterable(map(reversed, reversed(windows)))))
         by_last_seen.reverse()
@@ -112,7 +113,7 @@ class Warming:
         known = set(by_last_seen)
         unseen = [name for name in names if name not in known]
         ordered = seen + unseen if went_round else unseen + seen
-        self._ordered = (key, ordered)
+        self._ordered = (names, windows[-1], len(windows), ordered)  # held, so no other list takes their place
         return ordered
 
     @property

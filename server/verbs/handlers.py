@@ -31,7 +31,7 @@ from engine.policy.model import PolicySet
 from server.http.responses import HTTPProblem, parse_json
 from server.http.wire import ExtenderArgs, decode_extender_args, filter_result, host_priority, host_priority_json, host_priority_list
 from server.state import ServerState
-from server.verbs.inflight import counted, record
+from server.verbs.inflight import counted, in_flight, record
 from server.verbs.answer import GENERATION_HEADER, INLINE_BUDGET_S, NO_CLUSTER, Answer, cache_unusable, evaluate, pod_label
 from server.verbs.lookahead import Expected
 from server.verbs.reserved import keep_off_reserved
@@ -89,22 +89,15 @@ async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> A
     # Only cached nodes can be remembered (they are the same objects until the cache replaces
     # them): whole nodes are, too, once cached_copies has swapped in kpe's copies.
     memo = state.equivalence if args.nodes is None or state.cache is not None else None
-    result = await evaluate(
-        state,
-        "filter",
-        lambda inline_s: keep_off_reserved(
-            state,
-            policy_set,
-            args.pod,
-            nodes,
-            counted(
-                state, policy_set, args.pod, nodes,
-                filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, inline_s=inline_s,
-                             counts=state.counts(), namespaces=state.namespaces(), dra=state.dra()),
-                inline_s=inline_s, deadline=deadline,
-            ),
-        ),
-    )
+
+    def decide(inline_s: float | None) -> FilterResult:
+        flying = in_flight(state)  # before the filter reads any nodeInfo (counted says why)
+        result = filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, inline_s=inline_s,
+                              counts=state.counts(), namespaces=state.namespaces(), dra=state.dra())
+        return keep_off_reserved(state, policy_set, args.pod, nodes,
+                                 counted(state, policy_set, args.pod, nodes, result, inline_s=inline_s, deadline=deadline, flying=flying))
+
+    result = await evaluate(state, "filter", decide)
     record(state, policy_set, args.pod, result.passed)  # before the answer goes: the scheduler's next filter finds it
     if result.unknown:
         failed = state.unknown_nodes(result.unknown, "filter")

@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.cluster.nodeinfo import NodesByName
 from engine.decisions.deadline import Deadline
+from engine.cluster.inflight import InFlight
 from engine.decisions.filtering import FilterResult
 from engine.equivalence.classes import Offload
 from engine.equivalence.inflight import Counting, count_across, count_in_flight, counting_policies, in_flight_counts, pods_in_flight
@@ -43,16 +44,24 @@ def counted(
     *,
     inline_s: float | None,
     deadline: Deadline,
+    flying: InFlight | None,
 ) -> FilterResult:
     """``result`` with the nodes failed where the pods in flight there make the filters reject
     ``pod``. Evaluated on the worker: with ``inline_s`` (on the event loop) and anything to
-    evaluate, ``Offload``."""
+    evaluate, ``Offload``.
+
+    ``flying``: the pods in flight as they were before ``result`` read any ``nodeInfo``
+    (``in_flight``), None when there were none. On the worker thread the event loop goes on
+    applying watch events: a pod seen bound after the filter read its node, and no longer in
+    flight when this reads it, would count nowhere, and a burst would go past a per-node limit.
+    Read before, each such pod counts in flight (and perhaps bound as well: a node refused that
+    had room, retried, never one overfilled)."""
     cache = state.cache
-    if cache is None or not len(cache.in_flight):
+    if cache is None or flying is None:
         return result
     needed = counting(state, policy_set)
-    on = pods_in_flight(result, needed, pod, cache.in_flight)
-    across = in_flight_counts(cache.count_index, cache.in_flight, pod) if result.passed and counting_policies(policy_set, result) else None
+    on = pods_in_flight(result, needed, pod, flying)
+    across = in_flight_counts(cache.count_index, flying, pod) if result.passed and counting_policies(policy_set, result) else None
     if not on and across is None:
         return result
     if inline_s is not None:
@@ -62,6 +71,13 @@ def counted(
                         namespaces=state.namespaces(), dra=state.dra())
     count_across(result, policy_set, pod, nodes, across, node_info=state.node_info(), deadline=deadline, namespaces=state.namespaces(), dra=state.dra())
     return result
+
+
+def in_flight(state: ServerState) -> InFlight | None:
+    """The pods in flight now, frozen, for ``counted``; None when there are none. Read before the
+    filter reads any node's ``nodeInfo``."""
+    cache = state.cache
+    return cache.in_flight.frozen() if cache is not None and len(cache.in_flight) else None
 
 
 def record(state: ServerState, policy_set: PolicySet, pod: Mapping[str, Any], passed: list[str]) -> None:
