@@ -335,6 +335,14 @@ def policy_expressions(policy: Policy) -> Iterator[tuple[Expression, bool]]:
                 yield expr, True
 
 
+def reads_variable(policies: PolicySet | Iterable[Policy], name: str) -> bool:
+    """Whether any expression of the policies reads the variable ``name`` (directly: a policy
+    variable that reads it is an expression of its own). What the cache watches follows it:
+    ``namespaceObject`` and ``dra`` are listed and watched only while a served set reads them."""
+    found = policies.policies if isinstance(policies, PolicySet) else policies
+    return any(name in expr.program.free_variables for policy in found for expr, _ in policy_expressions(policy))
+
+
 def policy_reads(policies: PolicySet | Iterable[Policy], library: Library | None = None) -> Projection:
     """What the policies' expressions read of cached pods (without ``KPE_READS``)."""
     if library is None:

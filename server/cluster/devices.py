@@ -26,6 +26,7 @@ from typing import Any
 
 from engine.cluster.devices import EMPTY_DRA, GROUP, KINDS, VERSION, DeviceIndex, key, view
 from engine.policy.model import PolicySet
+from engine.policy.reads import reads_variable
 
 from server.cluster.informer import Informer, cancelled, start_and_wait
 from server.cluster.trim import trim
@@ -42,19 +43,7 @@ BACKOFF_MAX_S = 30.0
 
 def reads_dra(policy_set: PolicySet) -> bool:
     """Whether any expression of the set reads ``dra``."""
-    for policy in policy_set.policies:
-        expressions = [v.expression for v in policy.variables]
-        expressions += [r.expression for r in policy.filters] + [r.message_expression for r in policy.filters if r.message_expression]
-        expressions += [r.expression for r in policy.scores]
-        if policy.match.expression is not None:
-            expressions.append(policy.match.expression)
-        if policy.admission is not None:
-            expressions += [e for e in (policy.admission.expression, policy.admission.message_expression) if e is not None]
-        if policy.preemption is not None:
-            expressions += [e for e in (policy.preemption.victim, policy.preemption.node) if e is not None]
-        if any("dra" in e.program.free_variables for e in expressions):
-            return True
-    return False
+    return reads_variable(policy_set, "dra")
 
 
 class Devices:

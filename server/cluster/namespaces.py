@@ -20,6 +20,7 @@ from typing import Any
 
 from engine.cluster.projection import namespace_view
 from engine.policy.model import PolicySet
+from engine.policy.reads import reads_variable
 
 from server.cluster.informer import Informer, cancelled, start_and_wait
 
@@ -30,21 +31,8 @@ PATH = "/api/v1/namespaces"
 
 
 def reads_namespace(policy_set: PolicySet) -> bool:
-    """Whether any expression of the set reads ``namespaceObject`` (directly: a variable
-    that reads it is an expression of its own)."""
-    for policy in policy_set.policies:
-        expressions = [v.expression for v in policy.variables]
-        expressions += [r.expression for r in policy.filters] + [r.message_expression for r in policy.filters if r.message_expression]
-        expressions += [r.expression for r in policy.scores]
-        if policy.match.expression is not None:
-            expressions.append(policy.match.expression)
-        if policy.admission is not None:
-            expressions += [e for e in (policy.admission.expression, policy.admission.message_expression) if e is not None]
-        if policy.preemption is not None:
-            expressions += [e for e in (policy.preemption.victim, policy.preemption.node) if e is not None]
-        if any("namespaceObject" in e.program.free_variables for e in expressions):
-            return True
-    return False
+    """Whether any expression of the set reads ``namespaceObject``."""
+    return reads_variable(policy_set, "namespaceObject")
 
 
 class Namespaces:
