@@ -20,12 +20,18 @@ results (least recently used go first), keyed by the content of the policies
 that match the class (``PolicyReads.digest``) rather than by the set's
 generation: a reload that changes one policy leaves every class that policy
 does not match with its results, so a GitOps change to one team's policy is
-not a cold start for every other pod in the cluster.
+not a cold start for every other pod in the cluster. A class whose policies
+the reload did change starts from the class it was before (its
+*predecessor*, while the cache keeps it): the policies left alone decide each
+node as they did, so only the changed ones' rules are evaluated
+(``engine.equivalence.filtering``), and a change to a policy every pod
+matches costs each class the changed policy's rules rather than all of them.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -153,7 +159,7 @@ class ClassMemo:
     """
 
     __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "encoder", "unencoded", "info_blind", "cost", "per_request", "clock",
-                 "pinned", "claimed")
+                 "pinned", "claimed", "prior", "unchanged", "earlier", "carried", "__weakref__")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -192,6 +198,16 @@ class ClassMemo:
         # Whether a request (or the warming after a reload) has filled the class for the first
         # time: whoever does is the one to fill the rest of the cluster (engine.equivalence.warming).
         self.claimed = False
+        # The class these pods were before a reload changed some of their policies (``Predecessor``):
+        # its results for the policies in ``unchanged`` hold for this class too, so a node's result
+        # is worked out from them with only the changed policies' rules evaluated. Weak: the
+        # predecessor goes when the cache lets it go. ``earlier``: during a lookup, the
+        # predecessor's result for a node (name, node, nodeInfo), or None; ``carried``: what the
+        # verb derived from the predecessor once (the filter's rule positions).
+        self.prior: weakref.ref[ClassMemo] | None = None
+        self.unchanged: frozenset[str] = frozenset()
+        self.earlier: Callable[[str, Any, Any], Any] | None = None
+        self.carried: Any = None
 
     def claim(self) -> bool:
         """True the first time only: the caller is the class's first to fill it."""
@@ -298,6 +314,7 @@ class ClassMemo:
             hits = len(names) - len(todo)
             positions = None
         node_of, info_of, result_of = self.node_of, self.info_of, self.result_of
+        self.earlier = self._earlier_by_object() if todo else None
         computed = 0
         start = self.clock() if todo else 0.0
         try:
@@ -325,6 +342,43 @@ class ClassMemo:
                 del node_of[name], info_of[name], result_of[name]
         return Lookup(names, infos, results, hits, changed, previous)
 
+
+    def sync(self, changes: TrackedNodeInfo) -> set[str] | None:
+        """Forget the results by name of the nodes ``changes`` logged since the last sync (all of
+        them when that is too long ago to tell); returns the names forgotten, None for all."""
+        version = changes.version
+        gone = changes.changed_since(self.synced, nodes_only=self.info_blind) if self.synced is not None else None
+        if gone is None:
+            self.by_name.clear()
+        else:
+            for name in gone:
+                self.by_name.pop(name, None)
+        # Read before the results: a change logged meanwhile is forgotten again next time.
+        self.synced = version
+        return gone
+
+    def _predecessor(self) -> ClassMemo | None:
+        old = self.prior() if self.prior is not None else None
+        if old is None:
+            self.prior = None
+        return old
+
+    def _earlier_by_name(self, changes: TrackedNodeInfo) -> Callable[[str, Any, Any], Any] | None:
+        """The predecessor's results by name, brought up to date with ``changes`` first."""
+        old = self._predecessor()
+        if old is None:
+            return None
+        old.sync(changes)
+        found = old.by_name.get
+        return lambda name, node, info: found(name)
+
+    def _earlier_by_object(self) -> Callable[[str, Any, Any], Any] | None:
+        """The predecessor's result for a node while it holds the very node and nodeInfo objects."""
+        old = self._predecessor()
+        if old is None:
+            return None
+        node_of, info_of, result_of = old.node_of, old.info_of, old.result_of
+        return lambda name, node, info: result_of.get(name) if node_of.get(name) is node and info_of.get(name) is info else None
 
     def lookup_nodes(
         self,
@@ -358,20 +412,13 @@ class ClassMemo:
         are remembered per name and forgotten when the log names them, so a window of names
         costs one lookup per name, in C, and the nodes are resolved only where a result is
         computed. Names ``states`` does not know are left out and listed in ``unknown``."""
-        version = changes.version
-        gone = changes.changed_since(self.synced, nodes_only=self.info_blind) if self.synced is not None else None
+        gone = self.sync(changes)
         by_name = self.by_name
-        if gone is None:
-            by_name.clear()  # too long ago to tell what changed
-        else:
-            for name in gone:
-                by_name.pop(name, None)
-        # Read before the results: a change logged meanwhile is forgotten again next time.
-        self.synced = version
         previous = self.snapshot
         results = list(map(by_name.get, names))
         todo = list(compress(range(len(results)), map(is_, results, repeat(None))))
         self.afford(len(todo), inline_s)
+        self.earlier = self._earlier_by_name(changes) if todo else None
         unknown: list[int] = []
         computed = 0
         start = self.clock() if todo else 0.0
@@ -447,6 +494,10 @@ class EquivalenceCache:
         # Outcomes of matches that read dra, all under ``_matches_dra`` (the DRA objects they were worked out with).
         self._dra_matches: dict[tuple[str, bytes], tuple[bytes, Outcome]] = {}
         self._matches_dra: Any = None
+        # Per policy name, the digest of its current content and of the content before it: a
+        # class whose policies a reload changed finds the class it was before (``_predecessor``).
+        self._current: dict[str, bytes] = {}
+        self._before: dict[str, bytes] = {}
 
     def __len__(self) -> int:
         return len(self._tables)
@@ -472,26 +523,18 @@ class EquivalenceCache:
                 read |= self.reads(scope.policy).pod_paths
             paths = self._paths[digests] = tuple(sorted(read))
             self._namespace_paths[digests] = tuple(sorted({p for scope in scopes for p in self.reads(scope.policy).namespace_paths}))
-        fingerprint = pod_fingerprint(pod, paths)
+        fixed: Mapping[str, Any] = scopes[0].fixed if scopes else {}
+        dra = fixed.get("dra") if any(self.reads(s.policy).reads_dra for s in scopes) else None
+        fingerprint = self._fingerprint(digests, pod, fixed, dra)
         if fingerprint is None:
             return None
-        namespace_paths = self._namespace_paths[digests]
-        if namespace_paths:
-            # A namespace's labels changed: its pods are another class (the cache replaced the object).
-            seen = namespace_fingerprint(scopes[0].fixed.get("namespaceObject"), namespace_paths)
-            if seen is None:
-                return None
-            fingerprint += seen
-        dra = scopes[0].fixed.get("dra") if any(self.reads(s.policy).reads_dra for s in scopes) else None
-        if dra is not None:
-            # The DRA objects changed (a new object): another class. The table keeps the object,
-            # so its id is not reused while the key holds it.
-            fingerprint += b"\0dra" + id(dra).to_bytes(8, "little")
         key = (verb, digests, fingerprint)
         table = self._tables.get(key)
         if table is None:
             blind = not any(self.reads(s.policy).reads_node_info(verb) for s in scopes)
-            table = self._tables[key] = ClassMemo(info_blind=blind, clock=self.clock)
+            table = ClassMemo(info_blind=blind, clock=self.clock)
+            self._predecessor(table, verb, scopes, digests, pod)
+            self._tables[key] = table
             table.pinned = dra
             while len(self._tables) > 2 * self.classes:  # a filter and a score table per class
                 self._tables.popitem(last=False)
@@ -505,6 +548,46 @@ class EquivalenceCache:
         else:
             self._tables.move_to_end(key)
         return table
+
+    def _fingerprint(self, digests: tuple[bytes, ...], pod: Mapping[str, Any], fixed: Mapping[str, Any], dra: Any) -> bytes | None:
+        """The class key's fingerprint of ``pod`` for the policies of ``digests`` (their reads
+        known): what they read of the pod and its namespace, and which DRA objects (``dra``, when
+        they read it)."""
+        fingerprint = pod_fingerprint(pod, self._paths[digests])
+        if fingerprint is None:
+            return None
+        namespace_paths = self._namespace_paths[digests]
+        if namespace_paths:
+            # A namespace's labels changed: its pods are another class (the cache replaced the object).
+            seen = namespace_fingerprint(fixed.get("namespaceObject"), namespace_paths)
+            if seen is None:
+                return None
+            fingerprint += seen
+        if dra is not None:
+            # The DRA objects changed (a new object): another class. The table keeps the object,
+            # so its id is not reused while the key holds it.
+            fingerprint += b"\0dra" + id(dra).to_bytes(8, "little")
+        return fingerprint
+
+    def _predecessor(self, table: ClassMemo, verb: str, scopes: Sequence[PolicyScope], digests: tuple[bytes, ...], pod: Mapping[str, Any]) -> None:
+        """Give a new class the class its pod was in before the last change of some of its
+        policies, if that class is still kept: the same policies by name, those a reload left
+        alone with the same content. The policies that did not change decide each node as they
+        did, so the new class need only evaluate the changed ones (a GitOps change to a policy
+        every pod matches is otherwise a cold start of every class)."""
+        before = tuple(self._before.get(s.policy.name, d) for s, d in zip(scopes, digests))
+        if before == digests or before not in self._paths:
+            return
+        # The old policies' reads of dra are not kept: the old class's key had the DRA objects or not.
+        fixed = scopes[0].fixed
+        current = fixed.get("dra")
+        for dra in (current, None) if current is not None else (None,):
+            fingerprint = self._fingerprint(before, pod, fixed, dra)
+            old = self._tables.get((verb, before, fingerprint)) if fingerprint is not None else None
+            if old is not None and old is not table:
+                table.prior = weakref.ref(old)
+                table.unchanged = frozenset(s.policy.name for s, d, b in zip(scopes, digests, before) if d == b)
+                return
 
     def match(self, policy: Policy, pod: Mapping[str, Any], evaluate: Callable[[], Outcome], fixed: Mapping[str, Any] | None = None) -> Outcome:
         """The outcome of ``policy``'s match expression for ``pod``: remembered for pods that
@@ -545,6 +628,10 @@ class EquivalenceCache:
         found = self._reads.get(policy.name)
         if found is None or found.policy is not policy:  # a new generation's policy of the same name
             found = self._reads[policy.name] = PolicyReads(policy)
+            current = self._current.get(policy.name)
+            if current is not None and current != found.digest:
+                self._before[policy.name] = current
+            self._current[policy.name] = found.digest
         return found
 
 

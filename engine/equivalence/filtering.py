@@ -238,7 +238,12 @@ def _memoized(
                     guards[i] = scope.caller(guard)
             memo.bound = (plan, guards)
         plan, guards = memo.bound
-        remembered = _remember(plan, timed, guards, enforced, counts, node, info, name)
+        known = None
+        if memo.earlier is not None:
+            earlier = memo.earlier(name, node, info)
+            if earlier is not None and not earlier.timed:
+                known = _known(memo, ordered, earlier)
+        remembered = _remember(plan, timed, guards, enforced, counts, node, info, name, known)
         if remembered.events:
             memo.eventful = memo.eventful or bool(remembered.replay)
             return remembered
@@ -328,6 +333,45 @@ def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts
     return position, unresolvable_, reason
 
 
+Known = tuple[frozenset[int], int, bool, str, dict[int, list[tuple[bool, RuleEvent]]]]
+"""What a class's predecessor decided of a node, by the new class's rule positions: the rules
+known not to reject, the rule known to reject (NEVER: none), its unresolvable and reason, and
+the errors and Audit rejections of those rules, by position."""
+
+
+def _known(memo: ClassMemo, ordered: Ordered, earlier: Remembered) -> Known | None:
+    """What ``earlier``, the predecessor's result for a node with no rule that reads ``now`` left
+    to run, tells of the rules of the policies a reload left alone: its Enforce rules before the
+    one that rejected did not reject (or their guards held), that one rejected with its reason,
+    every Audit rule ran, and each of them had the errors and Audit rejections it lists. The
+    rules after the rejecting one are not known."""
+    carried = memo.carried
+    if carried is None:
+        old = memo.prior() if memo.prior is not None else None
+        if old is None or old.bound is None:
+            return None
+        old_plan = old.bound[0]
+        position_of = {(entry[1].policy.name, entry[2].name): entry[0] for entry in old_plan}
+        old_enforced = sum(1 for entry in old_plan if entry[1].policy.enforce)
+        pairs = [(i, position_of[key]) for i, (scope, rule) in enumerate(ordered)
+                 if scope.policy.name in memo.unchanged and (key := (scope.policy.name, rule.name)) in position_of]
+        carried = memo.carried = (pairs, old_enforced, {j: i for i, j in pairs}, {})
+    pairs, old_enforced, new_of, by_position = carried
+    found = by_position.get(earlier.position)
+    if found is None:
+        p = earlier.position
+        held = frozenset(i for i, j in pairs if j < p or j >= old_enforced)
+        # A rejecting rule of a changed policy (NEVER here) is evaluated again, and so is every rule after it.
+        rejecting = next((i for i, j in pairs if j == p), NEVER)
+        found = by_position[p] = (held, rejecting)
+    events: dict[int, list[tuple[bool, RuleEvent]]] = {}
+    for j, audit, event in earlier.events:
+        i = new_of.get(j)
+        if i is not None:  # a changed policy's events come again when its rules run
+            events.setdefault(i, []).append((audit, event))
+    return found[0], found[1], earlier.unresolvable, earlier.reason, events
+
+
 def _remember(
     plan: list[Entry],
     timed: list[bool],
@@ -337,15 +381,24 @@ def _remember(
     node: Any,
     info: Any,
     name: str,
+    known: Known | None = None,
 ) -> Remembered:
     """Run the rules that do not read ``now`` (Enforce ones up to the first that
-    rejects, Audit ones all) and the guards of those that do."""
+    rejects, Audit ones all) and the guards of those that do, except where ``known``
+    (the predecessor class's result) already tells how a rule decides this node."""
     cache: dict[str, Any] = {}
     events: list[tuple[int, bool, RuleEvent]] = []
     position, unresolvable_, reason = NEVER, False, ""
+    held, rejecting, carried = (known[0], known[1], known[4]) if known is not None else (frozenset(), NEVER, {})
     for i, scope, rule, arity, fn, bind_error in plan:
         audit = i >= enforced
         if timed[i] or (not audit and position != NEVER):
+            continue
+        if i in held or i == rejecting:
+            events += [(i, audit_, event) for audit_, event in carried.get(i, ())]
+            if i == rejecting:
+                assert known is not None
+                position, unresolvable_, reason = i, known[2], known[3]
             continue
         counts[i] += 1
         value, error = evaluate_rule(scope, rule, arity, fn, bind_error, node, info, cache)
@@ -361,7 +414,7 @@ def _remember(
     pending: list[int] = []
     for entry in plan:
         i = entry[0]
-        if not timed[i] or (i < enforced and i > position):
+        if not timed[i] or (i < enforced and i > position) or i in held:
             continue
         guard = guards.get(i)
         if guard is not None:
