@@ -1,5 +1,6 @@
-"""A reload that changes some of a class's policies: the new class starts from what the class
-before it decided with the policies left alone, and answers exactly as a full evaluation."""
+"""A new class starts from the kept class that shares the most policies with it (its donor):
+the class before a reload changed some of its policies, or another Deployment's class that
+differs in what one policy reads. It answers exactly as a full evaluation."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 
 from engine.equivalence.classes import EquivalenceCache
 from engine.equivalence.filtering import filter_nodes
+from engine.equivalence.scoring import score_nodes
+from server.http.wire import host_priority
 from engine.policy.loader import load_text
 from engine.policy.model import PolicySet
 from engine.cluster.nodeinfo import node_info_map
@@ -125,6 +128,75 @@ def test_a_node_the_class_before_the_reload_did_not_know_or_that_changed_since_i
     assert evaluated(result, "b-audit") == 7
 
 
+# d-team reads the pod's team label: two Deployments of two teams are two classes that share
+# a-rack and b-audit.
+TEAM = """
+---
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: d-team}
+spec:
+  filters:
+  - name: own-pool
+    expression: "node.metadata.?labels[?'pool'].orValue(pod.metadata.labels.team) == pod.metadata.labels.team"
+    message: another team's pool
+---
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: e-size}
+spec:
+  failurePolicy: Ignore
+  scores:
+  - name: large
+    expression: "node.metadata.labels.size == 'large' ? 80 : 20"
+  - name: rack
+    weight: 2
+    expression: "int(node.metadata.labels['rack'].substring(1)) * 30"
+---
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: f-team-score}
+spec:
+  scores:
+  - name: own-pool
+    expression: "node.metadata.?labels[?'pool'].orValue('') == pod.metadata.labels.team ? 100 : 0"
+"""
+
+
+def test_the_class_of_another_team_s_deployment_evaluates_only_the_policy_that_reads_the_team() -> None:
+    nodes = small_nodes(30)
+    for node in nodes[:10]:
+        node["metadata"]["labels"]["pool"] = "search"
+    cached = CachedNodes(nodes, [])
+    names = [n["metadata"]["name"] for n in nodes]
+    policies = load_text(SMALL.replace("ZONE", "z9").replace("MESSAGE", "closed") + TEAM, file="small.yaml")
+    memo = EquivalenceCache()
+    asked = []
+    for team in ("search", "vision", "ads"):
+        team_pod = pod()
+        team_pod["metadata"]["labels"]["team"] = team
+        result = filter_nodes(policies, team_pod, cached.by_name(names), node_info=cached.info, memo=memo)
+        full = filter_nodes(policies, team_pod, cached.known(names), node_info=cached.info)
+        assert (result.passed, result.failed, result.unresolvable) == (full.passed, full.failed, full.unresolvable)
+        assert (events(result), audits(result), result.rejections) == (events(full), audits(full), full.rejections)
+        assert result.memo_misses == 30
+        asked.append({p: evaluated(result, p) for p in ("a-rack", "b-audit", "c-zone", "d-team")})
+    assert asked[0]["a-rack"] > 0 and asked[0]["b-audit"] == 30
+    # The other teams' classes share every policy but d-team with the first: only d-team ran.
+    assert [a["a-rack"] + a["b-audit"] + a["c-zone"] for a in asked[1:]] == [0, 0]
+    assert [a["d-team"] for a in asked[1:]] == [asked[0]["d-team"]] * 2
+    # So with scores: e-size's raw scores and its errors (nodes without a rack) are the first class's.
+    scored = []
+    for team in ("search", "vision", "ads"):
+        team_pod = pod()
+        team_pod["metadata"]["labels"]["team"] = team
+        result = score_nodes(policies, team_pod, cached.by_name(names), node_info=cached.info, memo=memo, encode=host_priority)
+        plain = score_nodes(policies, team_pod, cached.known(names), node_info=cached.info)
+        assert result.scores == plain.scores and events(result) == events(plain) != []
+        scored.append((evaluated(result, "e-size"), evaluated(result, "f-team-score")))
+    assert scored == [(60, 30), (0, 30), (0, 30)]
+
+
 @pytest.mark.parametrize("by_name", [False, True], ids=["node-objects", "node-names"])
 def test_through_reloads_of_every_kind_and_changes_of_the_cluster_remembered_answers_equal_full_evaluation(by_name: bool) -> None:
     rng = random.Random(11)
@@ -169,5 +241,8 @@ def test_through_reloads_of_every_kind_and_changes_of_the_cluster_remembered_ans
             assert (events(result), audits(result), result.rejections) == (events(full), audits(full), full.rejections)
         else:
             result = same_filter(policies, pod_, cached.known(names), cached.info, at(hour), memo)
-            full = filter_nodes(policies, pod_, cached.known(names), node_info=cached.info, now=at(hour))
-    assert any(table.carried is not None for table in memo._tables.values()), "some new classes started from their predecessor's results"
+        given: Any = cached.by_name(names) if by_name else cached.known(names)
+        scored = score_nodes(policies, pod_, given, node_info=cached.info, now=at(hour), memo=memo, encode=host_priority)
+        plain = score_nodes(policies, pod_, cached.known(names), node_info=cached.info, now=at(hour))
+        assert scored.scores == plain.scores and events(scored) == events(plain)
+    assert any(table.carried is not None for table in memo._tables.values()), "some new classes started from a donor's results"

@@ -20,12 +20,13 @@ results (least recently used go first), keyed by the content of the policies
 that match the class (``PolicyReads.digest``) rather than by the set's
 generation: a reload that changes one policy leaves every class that policy
 does not match with its results, so a GitOps change to one team's policy is
-not a cold start for every other pod in the cluster. A class whose policies
-the reload did change starts from the class it was before (its
-*predecessor*, while the cache keeps it): the policies left alone decide each
-node as they did, so only the changed ones' rules are evaluated
-(``engine.equivalence.filtering``), and a change to a policy every pod
-matches costs each class the changed policy's rules rather than all of them.
+not a cold start for every other pod in the cluster. A new class starts from
+the kept class that shares the most policies with it, by each policy's content
+and what it reads of the pod (its *donor*): the class its pods were in before
+a reload changed one of their policies, or that of another Deployment that
+differs only in a label one policy reads. The shared policies decide each node
+as they did there, so only the other policies' rules are evaluated
+(``engine.equivalence.filtering``).
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ class ClassMemo:
     """
 
     __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "encoder", "unencoded", "info_blind", "cost", "per_request", "clock",
-                 "pinned", "claimed", "prior", "unchanged", "earlier", "carried", "__weakref__")
+                 "pinned", "claimed", "prints", "donor", "shared_policies", "earlier", "carried", "__weakref__")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -198,14 +199,18 @@ class ClassMemo:
         # Whether a request (or the warming after a reload) has filled the class for the first
         # time: whoever does is the one to fill the rest of the cluster (engine.equivalence.warming).
         self.claimed = False
-        # The class these pods were before a reload changed some of their policies (``Predecessor``):
-        # its results for the policies in ``unchanged`` hold for this class too, so a node's result
-        # is worked out from them with only the changed policies' rules evaluated. Weak: the
-        # predecessor goes when the cache lets it go. ``earlier``: during a lookup, the
-        # predecessor's result for a node (name, node, nodeInfo), or None; ``carried``: what the
-        # verb derived from the predecessor once (the filter's rule positions).
-        self.prior: weakref.ref[ClassMemo] | None = None
-        self.unchanged: frozenset[str] = frozenset()
+        # Per policy of the class: its digest and what it reads of the class's pods, their
+        # namespace and the DRA objects (``EquivalenceCache._prints``). Another class with some
+        # of the same prints (the class before a reload changed a policy; a Deployment that
+        # differs in a label one policy reads) decides those policies' rules as this one does.
+        self.prints: dict[str, bytes] = {}
+        # The class this one started from (``EquivalenceCache._donor``) and the policies they
+        # share: a node the donor has a result for is worked out from it, with only the other
+        # policies' rules evaluated. Weak: the donor goes when the cache lets it go.
+        # ``earlier``: during a lookup, the donor's result for a node (name, node, nodeInfo), or
+        # None; ``carried``: what the verb derived from the donor once (the filter's rule positions).
+        self.donor: weakref.ref[ClassMemo] | None = None
+        self.shared_policies: frozenset[str] = frozenset()
         self.earlier: Callable[[str, Any, Any], Any] | None = None
         self.carried: Any = None
 
@@ -357,24 +362,30 @@ class ClassMemo:
         self.synced = version
         return gone
 
-    def _predecessor(self) -> ClassMemo | None:
-        old = self.prior() if self.prior is not None else None
+    def given(self) -> ClassMemo | None:
+        """The donor, while the cache keeps it."""
+        old = self.donor() if self.donor is not None else None
         if old is None:
-            self.prior = None
+            self.donor = None
         return old
 
     def _earlier_by_name(self, changes: TrackedNodeInfo) -> Callable[[str, Any, Any], Any] | None:
-        """The predecessor's results by name, brought up to date with ``changes`` first."""
-        old = self._predecessor()
-        if old is None:
+        """The donor's results by name, except those of nodes ``changes`` logged since it last
+        synced (read only: the donor may be answering a request of its own on the other thread)."""
+        old = self.given()
+        if old is None or old.synced is None:
             return None
-        old.sync(changes)
+        gone = changes.changed_since(old.synced, nodes_only=old.info_blind)
+        if gone is None:
+            return None
         found = old.by_name.get
-        return lambda name, node, info: found(name)
+        if not gone:
+            return lambda name, node, info: found(name)
+        return lambda name, node, info: None if name in gone else found(name)
 
     def _earlier_by_object(self) -> Callable[[str, Any, Any], Any] | None:
-        """The predecessor's result for a node while it holds the very node and nodeInfo objects."""
-        old = self._predecessor()
+        """The donor's result for a node while it holds the very node and nodeInfo objects."""
+        old = self.given()
         if old is None:
             return None
         node_of, info_of, result_of = old.node_of, old.info_of, old.result_of
@@ -494,10 +505,6 @@ class EquivalenceCache:
         # Outcomes of matches that read dra, all under ``_matches_dra`` (the DRA objects they were worked out with).
         self._dra_matches: dict[tuple[str, bytes], tuple[bytes, Outcome]] = {}
         self._matches_dra: Any = None
-        # Per policy name, the digest of its current content and of the content before it: a
-        # class whose policies a reload changed finds the class it was before (``_predecessor``).
-        self._current: dict[str, bytes] = {}
-        self._before: dict[str, bytes] = {}
 
     def __len__(self) -> int:
         return len(self._tables)
@@ -533,7 +540,8 @@ class EquivalenceCache:
         if table is None:
             blind = not any(self.reads(s.policy).reads_node_info(verb) for s in scopes)
             table = ClassMemo(info_blind=blind, clock=self.clock)
-            self._predecessor(table, verb, scopes, digests, pod)
+            table.prints = self._prints(scopes, pod, fixed)
+            self._donor(table, verb)
             self._tables[key] = table
             table.pinned = dra
             while len(self._tables) > 2 * self.classes:  # a filter and a score table per class
@@ -569,25 +577,42 @@ class EquivalenceCache:
             fingerprint += b"\0dra" + id(dra).to_bytes(8, "little")
         return fingerprint
 
-    def _predecessor(self, table: ClassMemo, verb: str, scopes: Sequence[PolicyScope], digests: tuple[bytes, ...], pod: Mapping[str, Any]) -> None:
-        """Give a new class the class its pod was in before the last change of some of its
-        policies, if that class is still kept: the same policies by name, those a reload left
-        alone with the same content. The policies that did not change decide each node as they
-        did, so the new class need only evaluate the changed ones (a GitOps change to a policy
-        every pod matches is otherwise a cold start of every class)."""
-        before = tuple(self._before.get(s.policy.name, d) for s, d in zip(scopes, digests))
-        if before == digests or before not in self._paths:
-            return
-        # The old policies' reads of dra are not kept: the old class's key had the DRA objects or not.
-        fixed = scopes[0].fixed
-        current = fixed.get("dra")
-        for dra in (current, None) if current is not None else (None,):
-            fingerprint = self._fingerprint(before, pod, fixed, dra)
-            old = self._tables.get((verb, before, fingerprint)) if fingerprint is not None else None
-            if old is not None and old is not table:
-                table.prior = weakref.ref(old)
-                table.unchanged = frozenset(s.policy.name for s, d, b in zip(scopes, digests, before) if d == b)
-                return
+    def _prints(self, scopes: Sequence[PolicyScope], pod: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, bytes]:
+        """Per policy: its digest and what it reads of ``pod``, the namespace and the DRA objects.
+        Two classes with a policy's same print have the same values for every input of its rules
+        but the node, ``nodeInfo`` and the per-request ones (``now``, ``counts``)."""
+        prints: dict[str, bytes] = {}
+        for scope in scopes:
+            reads = self.reads(scope.policy)
+            seen = pod_fingerprint(pod, sorted(reads.pod_paths))
+            if seen is not None and reads.namespace_paths:
+                namespace = namespace_fingerprint(fixed.get("namespaceObject"), sorted(reads.namespace_paths))
+                seen = None if namespace is None else seen + namespace
+            if seen is None:
+                continue
+            if reads.reads_dra:
+                seen += b"\0dra" + id(fixed.get("dra")).to_bytes(8, "little")
+            prints[scope.policy.name] = reads.digest + seen
+        return prints
+
+    def _donor(self, table: ClassMemo, verb: str) -> None:
+        """Give a new class the kept class of the same verb that shares the most policies' prints
+        with it, if any does: the class its pods were before a reload changed one of their
+        policies, or the class of another Deployment that differs in what one policy reads. The
+        shared policies decide each node as they did there, so the new class need only evaluate
+        the others (a GitOps change to a policy every pod matches is otherwise a cold start of
+        every class, and a class that differs in one label a cold start of every policy)."""
+        mine = table.prints.items()
+        best, most = None, (0, 0)
+        for (kind, _, _), other in self._tables.items():
+            if kind != verb or other.bound is None:
+                continue
+            score = (len(mine & other.prints.items()), _remembered(other))
+            if score[0] and score > most:
+                best, most = other, score
+        if best is not None:
+            table.donor = weakref.ref(best)
+            table.shared_policies = frozenset(name for name, _ in mine & best.prints.items())
 
     def match(self, policy: Policy, pod: Mapping[str, Any], evaluate: Callable[[], Outcome], fixed: Mapping[str, Any] | None = None) -> Outcome:
         """The outcome of ``policy``'s match expression for ``pod``: remembered for pods that
@@ -628,10 +653,6 @@ class EquivalenceCache:
         found = self._reads.get(policy.name)
         if found is None or found.policy is not policy:  # a new generation's policy of the same name
             found = self._reads[policy.name] = PolicyReads(policy)
-            current = self._current.get(policy.name)
-            if current is not None and current != found.digest:
-                self._before[policy.name] = current
-            self._current[policy.name] = found.digest
         return found
 
 

@@ -334,40 +334,40 @@ def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts
 
 
 Known = tuple[frozenset[int], int, bool, str, dict[int, list[tuple[bool, RuleEvent]]]]
-"""What a class's predecessor decided of a node, by the new class's rule positions: the rules
+"""What a class's donor decided of a node, by the new class's rule positions: the rules
 known not to reject, the rule known to reject (NEVER: none), its unresolvable and reason, and
 the errors and Audit rejections of those rules, by position."""
 
 
 def _known(memo: ClassMemo, ordered: Ordered, earlier: Remembered) -> Known | None:
-    """What ``earlier``, the predecessor's result for a node with no rule that reads ``now`` left
-    to run, tells of the rules of the policies a reload left alone: its Enforce rules before the
+    """What ``earlier``, the donor class's result for a node with no rule that reads ``now`` left
+    to run, tells of the rules of the policies the two classes share: its Enforce rules before the
     one that rejected did not reject (or their guards held), that one rejected with its reason,
     every Audit rule ran, and each of them had the errors and Audit rejections it lists. The
     rules after the rejecting one are not known."""
     carried = memo.carried
     if carried is None:
-        old = memo.prior() if memo.prior is not None else None
+        old = memo.given()
         if old is None or old.bound is None:
             return None
         old_plan = old.bound[0]
         position_of = {(entry[1].policy.name, entry[2].name): entry[0] for entry in old_plan}
         old_enforced = sum(1 for entry in old_plan if entry[1].policy.enforce)
         pairs = [(i, position_of[key]) for i, (scope, rule) in enumerate(ordered)
-                 if scope.policy.name in memo.unchanged and (key := (scope.policy.name, rule.name)) in position_of]
+                 if scope.policy.name in memo.shared_policies and (key := (scope.policy.name, rule.name)) in position_of]
         carried = memo.carried = (pairs, old_enforced, {j: i for i, j in pairs}, {})
     pairs, old_enforced, new_of, by_position = carried
     found = by_position.get(earlier.position)
     if found is None:
         p = earlier.position
         held = frozenset(i for i, j in pairs if j < p or j >= old_enforced)
-        # A rejecting rule of a changed policy (NEVER here) is evaluated again, and so is every rule after it.
+        # A rejecting rule of a policy not shared (NEVER here) is evaluated again, and so is every rule after it.
         rejecting = next((i for i, j in pairs if j == p), NEVER)
         found = by_position[p] = (held, rejecting)
     events: dict[int, list[tuple[bool, RuleEvent]]] = {}
     for j, audit, event in earlier.events:
         i = new_of.get(j)
-        if i is not None:  # a changed policy's events come again when its rules run
+        if i is not None:  # a policy not shared has its events again when its rules run
             events.setdefault(i, []).append((audit, event))
     return found[0], found[1], earlier.unresolvable, earlier.reason, events
 
@@ -385,7 +385,7 @@ def _remember(
 ) -> Remembered:
     """Run the rules that do not read ``now`` (Enforce ones up to the first that
     rejects, Audit ones all) and the guards of those that do, except where ``known``
-    (the predecessor class's result) already tells how a rule decides this node."""
+    (the donor class's result) already tells how a rule decides this node."""
     cache: dict[str, Any] = {}
     events: list[tuple[int, bool, RuleEvent]] = []
     position, unresolvable_, reason = NEVER, False, ""

@@ -23,7 +23,7 @@ from engine.cluster.nodeinfo import NodesByName, node_names
 from engine.decisions.deadline import Deadline, Overdue
 from engine.decisions.filtering import NO_NODE_INFO, RuleEvent
 from engine.decisions.scoring import ScoreRequest, ScoreResult, normalise_columns, score_node
-from engine.equivalence.classes import EquivalenceCache, Offload, TrackedNodeInfo
+from engine.equivalence.classes import ClassMemo, EquivalenceCache, Offload, TrackedNodeInfo
 from engine.policy.model import PolicySet
 
 # What the class remembers per node: the raw score of each scoring policy of the request (in
@@ -95,14 +95,26 @@ def score_nodes(
         # The rules bound to the class's first pod serve the whole class.
         if memo_table.bound is None:
             memo_table.bound = request.bind()
-        outcome = score_node(memo_table.bound, counts, node, info, name, explain=False, groups=request.groups, policies=policies)
-        if outcome.errors:
+        earlier = memo_table.earlier(name, node, info) if memo_table.earlier is not None else None
+        carry = _carry(memo_table, request) if earlier is not None else None
+        if carry is None or earlier is None:
+            outcome = score_node(memo_table.bound, counts, node, info, name, explain=False, groups=request.groups, policies=policies)
+            raw, errors = outcome.raw, outcome.errors
+        else:
+            skip, groups_from, order = carry
+            outcome = score_node(memo_table.bound, counts, node, info, name, explain=False, groups=request.groups, policies=policies, skip=skip)
+            raw = _carried_raw(outcome.raw, groups_from, earlier)
+            errors = outcome.errors
+            shared = tuple(e for e in earlier[-1] if e.policy in memo_table.shared_policies)
+            if shared:
+                errors = tuple(sorted(errors + shared, key=lambda e: order[e.policy, e.rule]))
+        if errors:
             memo_table.eventful = True
         encoder = memo_table.encoder
         if encoder is None:
             memo_table.unencoded = True
-            return (*outcome.raw, None, outcome.errors)
-        return (*outcome.raw, encoder.prefix(name), outcome.errors)
+            return (*raw, None, errors)
+        return (*raw, encoder.prefix(name), errors)
 
     try:
         found = table.lookup_nodes(nodes, node_info, NO_NODE_INFO, scored, names=names, inline_s=inline_s)
@@ -140,6 +152,46 @@ def score_nodes(
     for i in eventful:
         errors += rows[i][-1]
     return request.finish()
+
+
+Carry = tuple[frozenset[int], list[tuple[int, int]], dict[tuple[str, str], int]]
+"""How a score class takes a node's raw scores from its donor (``ClassMemo.donor``): the rule
+positions not to evaluate (the shared policies'), (position in this class's row, position in the
+donor's row) per shared scoring policy, and each rule's position (errors are kept in that order)."""
+
+
+def _carry(table: ClassMemo, request: ScoreRequest) -> Carry | None:
+    """The class's ``Carry`` from its donor, worked out once; None without a donor."""
+    if table.carried is None:
+        donor = table.given()
+        if donor is None or donor.bound is None:
+            return None
+        shared = table.shared_policies
+        theirs = _groups(donor.bound)
+        mine = _groups(table.bound)
+        skip = frozenset(i for i, (scope, _) in enumerate(request.rules) if scope.policy.name in shared)
+        table.carried = (skip, [(mine[name], theirs[name]) for name in shared if name in mine],
+                         {(scope.policy.name, rule.name): i for i, (scope, rule) in enumerate(request.rules)})
+    carried: Carry = table.carried
+    return carried
+
+
+def _groups(plan: Sequence[Any]) -> dict[str, int]:
+    """Each scoring policy's position in a row of a plan's raw scores, by name: the policies
+    with score rules, Enforce and weighing more than 0, in order (as ``ScoreRequest.of`` has them)."""
+    weights: dict[str, int] = {}
+    enforce: dict[str, bool] = {}
+    for scope, rule, *_ in plan:
+        weights[scope.policy.name] = weights.get(scope.policy.name, 0) + rule.weight
+        enforce[scope.policy.name] = scope.policy.enforce
+    return {name: g for g, name in enumerate(name for name, weight in weights.items() if enforce[name] and weight > 0)}
+
+
+def _carried_raw(raw: tuple[float | None, ...], groups_from: list[tuple[int, int]], earlier: Row) -> tuple[float | None, ...]:
+    row = list(raw)
+    for mine, theirs in groups_from:
+        row[mine] = earlier[theirs]
+    return tuple(row)
 
 
 def _pieces(prefixes: Sequence[bytes | None], scores: list[int], encode: Entries) -> list[bytes]:
