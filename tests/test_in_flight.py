@@ -428,3 +428,29 @@ def test_kpe_explain_pod_counts_a_nominated_pod_after_the_evictions_as_the_preem
     )
     lower = {**nominated, "spec": {**nominated["spec"], "priority": 10}}  # kube-scheduler lets urgent take its room
     assert diagnose(policies, urgent, [node], cluster_pods=[victim, lower]).eviction["n1"].possible
+
+
+def test_kpe_explain_counts_a_pod_seen_bound_while_it_copies_node_info_where_the_filter_would(
+    api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for url, state in kpe(api, tmp_path, ONE_PER_TEAM):
+        first, second = create(api, "a1"), create(api, "a2")
+        assert filter_(url, first)["NodeNames"] == ["n1", "n2"]
+        wait_for(lambda: state.cache.pod_by_uid(second["metadata"]["uid"]) is not None)
+        real = state.worker.run
+        applied: list[bool] = []
+
+        async def copy_then_a1_seen_bound(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            # The explanation copied nodeInfo without a1; then the event loop applies a1's binding to n1.
+            result = await real(fn, *args, **kwargs)
+            if not applied:
+                applied.append(True)
+                bound = {**first, "metadata": {**first["metadata"], "resourceVersion": "999999"}, "spec": {**first["spec"], "nodeName": "n1"}}
+                state.cache.apply(state.cache._informers["pod"], {"type": "MODIFIED", "object": bound})
+            return result
+
+        monkeypatch.setattr(state.worker, "run", copy_then_a1_seen_bound)
+        data = httpx.get(url + "/apis/v1/explain", params={"pod": "apps/a2"}).json()
+        verdicts = {row["node"]: row["verdict"] for row in data["nodes"]}
+        # a1 counts on n1 as it was when the explanation began: in flight there. Never nowhere.
+        assert applied and verdicts["n1"] != "pass", data["text"]

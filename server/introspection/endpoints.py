@@ -203,6 +203,9 @@ async def explain_pod(request: Request) -> Response:
     if pod is None:
         return json_response({"error": f"pod {wanted} is not in kpe's cache (deleted, or not seen yet)"}, 404)
     nodes = cache.nodes()
+    # The pods in flight before nodeInfo, as the filter reads them (server.verbs.inflight.counted):
+    # a pod seen bound in between then counts in flight, rather than nowhere.
+    in_flight = cache.in_flight.on([node_name(n) for n in nodes], besides=pod_key(pod), priority=priority(pod))  # as the preempt verb counts them
     # nodeInfo is rebuilt only in the evaluation worker (see server.http.worker); its views are
     # replaced, never changed, so a copy of the map stays right. The explanation itself (seconds
     # on a large cluster) runs in a thread of its own, not in the worker the verbs queue on.
@@ -213,7 +216,7 @@ async def explain_pod(request: Request) -> Response:
         diagnose, policy_set, pod, nodes, cluster_pods=pods, node_info=info,
         slots=latest.slots if latest is not None else None, homes=latest.homes if latest is not None else None,
         placeholder_namespace=state.settings.reservation_namespace, namespaces=state.namespaces(), dra=state.dra(),
-        in_flight=cache.in_flight.on([node_name(n) for n in nodes], besides=pod_key(pod), priority=priority(pod)),  # as the preempt verb counts them
+        in_flight=in_flight,
     )
     data = diagnosis.to_dict()
     if is_projected(pod):
