@@ -50,7 +50,9 @@ Modes: ``names`` (nodeCacheCapable: true) and ``nodes`` (whole Node objects,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
+import os
 import shutil
 import statistics
 import sys
@@ -296,6 +298,10 @@ def main() -> int:
     ap.add_argument("--profile", metavar="DIR", type=Path,
                     help="run each kpe round's kpe under cProfile, writing DIR/kpe-ROUND.prof (its event loop only; "
                          "read with python -m pstats); the profiler slows kpe, so not for the pods/s")
+    ap.add_argument("--pin-extender", action="store_true",
+                    help="the extender (kpe or the floor) on a CPU of its own, everything else (the control plane, this "
+                         "script) on the others, as a Deployment with its own CPU gets it: pods/s then tell the extender's "
+                         "latency, not what its CPU takes from the control plane on a shared machine (needs 2 CPUs or more)")
     ap.add_argument("--caps", action="store_true",
                     help="kpe serves the shipped policies and per-node caps that count pods on a node (nodeInfo), so every "
                          "filter counts the pods in flight")
@@ -310,6 +316,10 @@ def main() -> int:
         sources[CLUSTER_SETUP] = None
     setups += list(sources)[1:]
     kpes = [s for s in setups if s in sources or s == "own"]
+
+    pinned = _pin_plan() if args.pin_extender else None
+    if pinned is not None:
+        os.sched_setaffinity(0, pinned[0])  # inherited by every process this script starts
 
     started = time.monotonic()
     results: dict[tuple[str, str], list[float]] = {}
@@ -339,6 +349,8 @@ def main() -> int:
                 floors[setup] = rc.start(setup, [sys.executable, "-m", "uvicorn", "floor_app:app", "--host", "127.0.0.1", "--port", str(port),
                                                  "--http", FLOORS[setup], "--log-level", "warning", "--no-access-log", "--app-dir", str(workdir)], workdir), port
                 rc.wait_until(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), 30, f"the {setup} extender")
+                if pinned is not None:
+                    _pin(floors[setup][0].popen.pid, pinned[1])
         round_ = 0
         try:
             for mode in modes:
@@ -371,6 +383,8 @@ def main() -> int:
                     cpu: dict[str, float] = {}
                     split: dict[str, float] = {}
                     extender_pid = kpe.process.popen.pid if kpe is not None else floors[setup][0].popen.pid if setup in floors else None
+                    if pinned is not None and kpe is not None:
+                        _pin(kpe.process.popen.pid, pinned[1])
                     try:
                         rate, created = one_round(plane, workdir, config, pods, round_, args.round_timeout, cpu, extender_pid,
                                                   own=own, own_share=args.own_share, split=split, shape=args.shape)
@@ -414,7 +428,8 @@ def main() -> int:
     print()
     print(f"real kube-scheduler and kube-apiserver ({plane.binaries.version}), {args.nodes} nodes ({args.shape} shape), "
           + ", ".join(f"{n} pods per round ({m})" for m, n in pods_per_mode.items())
-          + f", {args.pairs} alternating pairs, scheduler client qps {args.scheduler_qps:g}; pods/s from the first create to the last binding")
+          + f", {args.pairs} alternating pairs, scheduler client qps {args.scheduler_qps:g}; pods/s from the first create to the last binding"
+          + (f"; the extender on CPU {min(pinned[1])}, everything else on CPU {','.join(map(str, sorted(pinned[0])))}" if pinned is not None else ""))
     print()
     # Beside each setup's rates: its extender's CPU per scheduled pod (kpe's or the floor's) and every process's.
     head = "| mode | setup | " + " | ".join(f"round {i + 1}" for i in range(args.pairs)) + " | median | extender CPU ms/pod | all CPU ms/pod |"
@@ -480,6 +495,21 @@ def main() -> int:
     print()
     print(f"total {time.monotonic() - started:.0f} s")
     return 0
+
+
+def _pin_plan() -> tuple[set[int], set[int]]:
+    """(the CPUs of everything but the extender, the extender's CPU): the last CPU this script may use for the extender."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin-extender needs 2 CPUs or more")
+    return set(cpus[:-1]), {cpus[-1]}
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` on ``cpus`` (threads it starts later inherit it from theirs)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task.name), cpus)
 
 
 def _ok(url: str) -> bool:

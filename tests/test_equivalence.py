@@ -15,7 +15,8 @@ import orjson
 import pytest
 
 from engine.cel.ext.timestamps import Timestamp
-from engine.equivalence.classes import EquivalenceCache, Offload, TrackedNodeInfo
+from engine.equivalence.classes import EquivalenceCache
+from engine.equivalence.memo import Offload, TrackedNodeInfo
 from engine.equivalence.reads import pod_paths
 from engine.decisions.filtering import FilterResult
 from engine.decisions.scoring import ScoreResult

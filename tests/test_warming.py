@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.cluster.nodeinfo import NodesByName, NodeState, node_info_map
-from engine.equivalence.classes import EquivalenceCache, TrackedNodeInfo
+from engine.equivalence.classes import EquivalenceCache
+from engine.equivalence.memo import TrackedNodeInfo
 from engine.equivalence.filtering import filter_nodes
 from engine.equivalence.warming import Exemplars, Warming, as_pending, workload
 from engine.policy.loader import load_text

@@ -31,7 +31,8 @@ from engine.decisions.filtering import (
     evaluate_rule,
     judge,
 )
-from engine.equivalence.classes import ClassMemo, EquivalenceCache, Offload, Snapshot, TrackedNodeInfo
+from engine.equivalence.classes import EquivalenceCache
+from engine.equivalence.memo import ClassMemo, Offload, Snapshot, TrackedNodeInfo
 from engine.equivalence.reads import PolicyReads
 from engine.policy.model import FilterRule, PolicySet
 

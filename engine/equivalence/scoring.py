@@ -23,7 +23,8 @@ from engine.cluster.nodeinfo import NodesByName, node_names
 from engine.decisions.deadline import Deadline, Overdue
 from engine.decisions.filtering import NO_NODE_INFO, RuleEvent
 from engine.decisions.scoring import ScoreRequest, ScoreResult, normalise_columns, score_node
-from engine.equivalence.classes import ClassMemo, EquivalenceCache, Offload, TrackedNodeInfo
+from engine.equivalence.classes import EquivalenceCache
+from engine.equivalence.memo import ClassMemo, Offload, TrackedNodeInfo
 from engine.policy.model import PolicySet
 
 # What the class remembers per node: the raw score of each scoring policy of the request (in

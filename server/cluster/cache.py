@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from engine.decisions.admission import held_by_kpe
-from engine.equivalence.classes import TrackedNodeInfo
+from engine.equivalence.memo import TrackedNodeInfo
 from engine.equivalence.warming import Exemplars
 from engine.cel.types.counts import Counts
 from engine.cluster.counts import CountIndex, CountSpecs

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from engine.decisions.deadline import Deadline
-from engine.equivalence.classes import Offload
+from engine.equivalence.memo import Offload
 
 from server.state import ServerState
 

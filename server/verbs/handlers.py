@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from engine.decisions.deadline import Deadline
-from engine.equivalence.classes import Offload
+from engine.equivalence.memo import Offload
 from engine.decisions.filtering import FilterResult
 from engine.decisions.scoring import ScoreResult
 from engine.cluster.nodeinfo import NodesByName

@@ -19,7 +19,7 @@ from engine.cluster.nodeinfo import NodesByName
 from engine.decisions.deadline import Deadline
 from engine.cluster.inflight import InFlight
 from engine.decisions.filtering import FilterResult
-from engine.equivalence.classes import Offload
+from engine.equivalence.memo import Offload
 from engine.equivalence.inflight import Counting, count_across, count_in_flight, counting_policies, in_flight_counts, pods_in_flight
 from engine.policy.model import PolicySet
 
