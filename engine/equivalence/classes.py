@@ -123,24 +123,8 @@ class EquivalenceCache:
         return table
 
     def _fingerprint(self, digests: tuple[bytes, ...], pod: Mapping[str, Any], fixed: Mapping[str, Any], dra: Any) -> bytes | None:
-        """The class key's fingerprint of ``pod`` for the policies of ``digests`` (their reads
-        known): what they read of the pod and its namespace, and which DRA objects (``dra``, when
-        they read it)."""
-        fingerprint = pod_fingerprint(pod, self._paths[digests])
-        if fingerprint is None:
-            return None
-        namespace_paths = self._namespace_paths[digests]
-        if namespace_paths:
-            # A namespace's labels changed: its pods are another class (the cache replaced the object).
-            seen = namespace_fingerprint(fixed.get("namespaceObject"), namespace_paths)
-            if seen is None:
-                return None
-            fingerprint += seen
-        if dra is not None:
-            # The DRA objects changed (a new object): another class. The table keeps the object,
-            # so its id is not reused while the key holds it.
-            fingerprint += b"\0dra" + id(dra).to_bytes(8, "little")
-        return fingerprint
+        """The class key's fingerprint of ``pod`` for the policies of ``digests`` (their reads known)."""
+        return inputs_print(pod, self._paths[digests], self._namespace_paths[digests], fixed, dra)
 
     def _prints(self, scopes: Sequence[PolicyScope], pod: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, bytes]:
         """Per policy: its digest and what it reads of ``pod``, the namespace and the DRA objects.
@@ -149,15 +133,9 @@ class EquivalenceCache:
         prints: dict[str, bytes] = {}
         for scope in scopes:
             reads = self.reads(scope.policy)
-            seen = pod_fingerprint(pod, sorted(reads.pod_paths))
-            if seen is not None and reads.namespace_paths:
-                namespace = namespace_fingerprint(fixed.get("namespaceObject"), sorted(reads.namespace_paths))
-                seen = None if namespace is None else seen + namespace
-            if seen is None:
-                continue
-            if reads.reads_dra:
-                seen += b"\0dra" + id(fixed.get("dra")).to_bytes(8, "little")
-            prints[scope.policy.name] = reads.digest + seen
+            seen = inputs_print(pod, sorted(reads.pod_paths), sorted(reads.namespace_paths), fixed, fixed.get("dra") if reads.reads_dra else None)
+            if seen is not None:
+                prints[scope.policy.name] = reads.digest + seen
         return prints
 
     def _donor(self, table: ClassMemo, verb: str) -> None:
@@ -219,6 +197,25 @@ class EquivalenceCache:
         if found is None or found.policy is not policy:  # a new generation's policy of the same name
             found = self._reads[policy.name] = PolicyReads(policy)
         return found
+
+
+def inputs_print(pod: Mapping[str, Any], paths: Sequence[Path], namespace_paths: Sequence[Path], fixed: Mapping[str, Any], dra: Any) -> bytes | None:
+    """What policies reading ``paths`` of the pod and ``namespace_paths`` of its namespace (and
+    the DRA objects ``dra``, when they read them) see of a request; None when it cannot be told."""
+    fingerprint = pod_fingerprint(pod, paths)
+    if fingerprint is None:
+        return None
+    if namespace_paths:
+        # A namespace's labels changed: its pods are another class (the cache replaced the object).
+        seen = namespace_fingerprint(fixed.get("namespaceObject"), namespace_paths)
+        if seen is None:
+            return None
+        fingerprint += seen
+    if dra is not None:
+        # The DRA objects changed (a new object): another class. The table keeps the object,
+        # so its id is not reused while the key holds it.
+        fingerprint += b"\0dra" + id(dra).to_bytes(8, "little")
+    return fingerprint
 
 
 def namespace_fingerprint(namespace: Any, paths: Sequence[Path]) -> bytes | None:
