@@ -63,7 +63,8 @@ def unchanged_spec(review: dict[str, Any], obj: dict[str, Any]) -> bool:
     if review.get("operation") != "UPDATE":
         return False
     old = review.get("oldObject")
-    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and meta.get("deletionTimestamp"):  # a malformed metadata is the validation's to report
         return True
     return isinstance(old, dict) and old.get("spec") == obj.get("spec")
 
