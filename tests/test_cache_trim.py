@@ -5,12 +5,14 @@ equal to what the API server sent; equal strings shared between objects."""
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from engine.cluster.projection import Projection
 from server.cluster.trim import trim
 from tests.fakeapi import FakeApiServer
 from tests.test_cache import api, cache_on, client_on, eventually, kubeconfig, node, pod, run  # noqa: F401 - fixtures
@@ -133,6 +135,61 @@ def test_many_decoded_pods_share_their_repeated_strings() -> None:
     assert len({id(p["metadata"]["namespace"]) for p in pods}) == len({p["metadata"]["namespace"] for p in pods}) == 4
     assert len({id(p["spec"]["nodeName"]) for p in pods}) == 4
     assert len({id(p["spec"]["containers"][0]["image"]) for p in pods}) == len({p["spec"]["containers"][0]["image"] for p in pods})
+
+
+
+@functools.cache
+def shipped_projection() -> Projection:
+    from engine.policy.loader import load
+
+    return load([str(Path(__file__).resolve().parents[1] / "policies")]).pod_projection
+
+
+def projected(i: int, node: str, **labels: str) -> dict[str, Any]:
+    """Replica ``i`` of one Deployment, bound to ``node``, as the cache keeps it with the shipped policies."""
+    pod = cluster.realistic_pod(0, node)
+    pod["metadata"]["name"] = f"checkout-{i}"
+    pod["metadata"]["uid"] = f"uid-{i}"
+    pod["metadata"]["labels"].update(labels)
+    return trim(orjson.loads(orjson.dumps(pod)), shipped_projection())
+
+
+def test_bound_replicas_share_their_equal_parts_and_keep_their_names_their_own() -> None:
+    """20,000 bound pods would otherwise hold their containers, resources and five conditions
+    20,000 times: equal parts are one object, as equal strings are."""
+    a, b = projected(0, "node-0"), projected(1, "node-1")
+    assert a["metadata"]["name"] != b["metadata"]["name"] and a["metadata"] is not b["metadata"] and a["spec"] is not b["spec"]
+    assert a["spec"]["containers"] == b["spec"]["containers"] and a["spec"]["containers"] is b["spec"]["containers"]
+    assert a["status"]["conditions"] is b["status"]["conditions"]
+    assert a["metadata"]["labels"] is b["metadata"]["labels"]
+    assert a["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
+
+
+def test_a_bound_pod_with_a_part_of_its_own_shares_the_rest() -> None:
+    a, b = projected(0, "node-0"), projected(1, "node-0", team="another")
+    assert a["metadata"]["labels"] is not b["metadata"]["labels"] and b["metadata"]["labels"]["team"] == "another"
+    assert a["spec"]["containers"] is b["spec"]["containers"]
+
+
+def test_a_pending_pod_is_kept_as_it_came() -> None:
+    pending = cluster.realistic_pod(0, "node-0")
+    del pending["spec"]["nodeName"]
+    a, b = (trim(orjson.loads(orjson.dumps(pending))) for _ in range(2))
+    assert a["spec"]["containers"] == b["spec"]["containers"] and a["spec"]["containers"] is not b["spec"]["containers"]
+
+
+def test_parts_no_cached_pod_holds_any_more_are_forgotten() -> None:
+    """The table of parts follows the cluster: a part of pods long gone does not stay in it."""
+    from server.cluster import trim as module
+
+    gone = projected(0, "node-0", team="a-team-no-other-test-names")
+    labels = orjson.dumps(gone["metadata"]["labels"])
+    assert labels in module._SHARED
+    del gone
+    for i in range(3 * 4096):  # parts of their own, each let go: the table doubles and is swept
+        projected(i, "node-0", team=f"team-{i}")
+    assert labels not in module._SHARED
+    assert len(module._SHARED) < 3 * 4096
 
 
 READS_CACHED_PODS = """

@@ -6,6 +6,11 @@ dropped, as kube-scheduler drops it, and every string value is interned, so
 the label values, namespaces, node and image names, timestamps and the like
 that thousands of pods repeat are one object each.
 
+Bound pods' equal parts (labels, containers and their resources, conditions,
+container statuses: what replicas of one Deployment have alike) are then made
+one object each (``_share_parts``), as the strings are; so no part of a cached
+pod may be changed in place.
+
 Pods bound to a node and not gated are also *projected* as they enter: cut to
 the served policy set's ``pod_projection`` (``engine.cluster.projection``), the fields
 its expressions can read of other pods plus ``KPE_READS``, what kpe itself
@@ -57,6 +62,8 @@ import contextlib
 import sys
 from typing import Any
 
+import orjson
+
 from engine.cluster.projection import EVERYTHING, Projection
 
 Obj = dict[str, Any]
@@ -74,13 +81,16 @@ def trim(obj: Obj, projection: Projection = EVERYTHING) -> Obj:
     meta = obj.get("metadata")
     if type(meta) is dict:
         meta.pop("managedFields", None)
-    if not projection.whole and is_projected(obj):
+    bound = is_projected(obj)
+    if bound and not projection.whole:
         with contextlib.suppress(RecursionError):  # deeper than the stack: kept whole
             obj = projection.apply(obj)
     # Pods and nodes are schema-validated by the API server and nest a few dozen levels at
     # most; an object deeper than the interpreter's stack is only left partly interned.
     with contextlib.suppress(RecursionError):
         _intern_strings(obj)
+        if bound:
+            _share_parts(obj)
     return obj
 
 
@@ -112,3 +122,58 @@ def _intern_strings(value: Any) -> None:
                 value[index] = _intern(item)
             elif kind is dict or kind is list:
                 _intern_strings(item)
+
+
+# Equal parts of bound pods, one object each: a key (the part's JSON) to the part kept.
+_SHARED: dict[bytes, Any] = {}
+# Entries no pod holds any more are dropped when the table has doubled since the last sweep.
+_SWEEP_AT = [4096]
+
+
+def _share_parts(pod: Obj) -> None:
+    """Make the objects and lists inside a bound pod's ``metadata``, ``spec`` and ``status``
+    (its labels, containers, resources, conditions, container statuses) the ones an earlier
+    pod had when they are equal, as ``sys.intern`` does for strings. Replicas of a Deployment
+    differ in their name, UID and a few timestamps; what they share is most of what a
+    projected pod holds (its five conditions alone are five dicts), and 20,000 bound pods
+    hold that 20,000 times otherwise. The pod itself and those three parts stay its own.
+    Shared parts must never be changed in place, as no part of a cached pod ever is."""
+    for part in pod.values():
+        if type(part) is dict:
+            for key, item in part.items():
+                kind = type(item)
+                if kind is dict or kind is list:
+                    part[key] = _shared(item)
+
+
+def _shared(value: Any) -> Any:
+    """``value`` (a fresh dict or list), or the equal one already kept: its children first."""
+    if type(value) is dict:
+        for key, item in value.items():
+            kind = type(item)
+            if kind is dict or kind is list:
+                value[key] = _shared(item)
+    else:
+        for index, item in enumerate(value):
+            kind = type(item)
+            if kind is dict or kind is list:
+                value[index] = _shared(item)
+    try:
+        key = orjson.dumps(value)  # equal JSON, keys in the same order: equal parts
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits: kept as it is
+        return value
+    kept = _SHARED.setdefault(key, value)
+    if kept is value and len(_SHARED) > _SWEEP_AT[0]:
+        _sweep()
+    return kept
+
+
+def _sweep() -> None:
+    """Forget the parts only the table holds (their pods are gone or changed), so the table
+    follows the cluster instead of growing with every part ever seen."""
+    for key in reversed(list(_SHARED)):  # a part after its children: they are let go first
+        part = _SHARED.get(key)
+        # The table's reference, ``part`` and getrefcount's argument: nothing else holds it.
+        if part is not None and sys.getrefcount(part) <= 3:
+            _SHARED.pop(key, None)
+    _SWEEP_AT[0] = max(4096, 2 * len(_SHARED))
