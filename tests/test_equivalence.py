@@ -624,27 +624,6 @@ def test_pods_that_differ_only_in_what_a_filters_message_reads_are_one_class_for
     assert scored.scores == score_nodes(policies, other, nodes, now=at(12), encode=host_priority).scores
 
 
-
-def test_a_class_whose_filter_message_reads_what_differs_takes_the_rules_that_held_from_its_donor_and_words_its_own_rejections() -> None:
-    """Another Deployment's image: whether the rule holds is the donor's on every node, and
-    where it rejects the message names this pod's image, so only those nodes are evaluated."""
-    policies = load_text(MESSAGE_READS_IMAGE)
-    nodes = cluster.nodes(6)
-    for node in nodes[:2]:
-        node["metadata"]["labels"]["kubernetes.io/arch"] = "arm64"
-    memo = EquivalenceCache()
-    first, other = cluster.scheduling_pod(), cluster.scheduling_pod()
-    other["spec"]["containers"][0]["image"] = "registry.example.com/another:2.0"
-    filter_nodes(policies, first, nodes, memo=memo, now=at(12))
-    carried = filter_nodes(policies, other, nodes, memo=memo, now=at(12))
-    full = filter_nodes(policies, other, nodes, now=at(12))
-    assert (carried.passed, carried.failed, carried.unresolvable, carried.errors, carried.audit_rejections) == (
-        full.passed, full.failed, full.unresolvable, full.errors, full.audit_rejections)
-    rejected = {**carried.failed, **carried.unresolvable}
-    assert len(rejected) == 2 and all("another:2.0" in message for message in rejected.values())
-    assert [n for _, _, n in carried.rule_counts] == [2], "the two arm64 nodes only"
-
-
 POOL_POLICY = """apiVersion: kpe.dev/v1alpha1
 kind: SchedulingPolicy
 metadata: {name: pools}

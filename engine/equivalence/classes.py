@@ -106,8 +106,6 @@ class EquivalenceCache:
             blind = not any(self.reads(s.policy).reads_node_info(verb) for s in scopes)
             table = ClassMemo(info_blind=blind, clock=self.clock)
             table.prints = self._prints(scopes, verb, pod, fixed)
-            if verb == "filter":
-                table.held_prints = self._prints(scopes, "decision", pod, fixed)
             self._donor(table, verb)
             self._tables[key] = table
             table.pinned = dra
@@ -145,18 +143,17 @@ class EquivalenceCache:
         shared policies decide each node as they did there, so the new class need only evaluate
         the others (a GitOps change to a policy every pod matches is otherwise a cold start of
         every class, and a class that differs in one label a cold start of every policy)."""
-        mine, held = table.prints.items(), table.held_prints.items()
+        mine = table.prints.items()
         best, most = None, (0, 0)
         for (kind, _, _), other in self._tables.items():
             if kind != verb or other.bound is None:
                 continue
-            score = (len(mine & other.prints.items()) + len(held & other.held_prints.items()), _remembered(other))
+            score = (len(mine & other.prints.items()), _remembered(other))
             if score[0] and score > most:
                 best, most = other, score
         if best is not None:
             table.donor = weakref.ref(best)
             table.shared_policies = frozenset(name for name, _ in mine & best.prints.items())
-            table.held_policies = frozenset(name for name, _ in held & best.held_prints.items()) - table.shared_policies
 
     def match(self, policy: Policy, pod: Mapping[str, Any], evaluate: Callable[[], Outcome], fixed: Mapping[str, Any] | None = None) -> Outcome:
         """The outcome of ``policy``'s match expression for ``pod``: remembered for pods that

@@ -356,30 +356,21 @@ def _known(memo: ClassMemo, ordered: Ordered, earlier: Remembered) -> Known | No
         old_enforced = sum(1 for entry in old_plan if entry[1].policy.enforce)
         pairs = [(i, position_of[key]) for i, (scope, rule) in enumerate(ordered)
                  if scope.policy.name in memo.shared_policies and (key := (scope.policy.name, rule.name)) in position_of]
-        held_pairs = [(i, position_of[key]) for i, (scope, rule) in enumerate(ordered)
-                      if scope.policy.name in memo.held_policies and (key := (scope.policy.name, rule.name)) in position_of]
-        carried = memo.carried = (pairs, held_pairs, old_enforced, {j: i for i, j in pairs}, {})
-    pairs, held_pairs, old_enforced, new_of, by_position = carried
+        carried = memo.carried = (pairs, old_enforced, {j: i for i, j in pairs}, {})
+    pairs, old_enforced, new_of, by_position = carried
     found = by_position.get(earlier.position)
     if found is None:
         p = earlier.position
         held = frozenset(i for i, j in pairs if j < p or j >= old_enforced)
-        # Of a policy whose messages may read what differs: the rules that held. Its rejecting
-        # rule is evaluated again (for its message), as is every rule after it.
-        held_only = frozenset(i for i, j in held_pairs if j < p or j >= old_enforced)
         # A rejecting rule of a policy not shared (NEVER here) is evaluated again, and so is every rule after it.
         rejecting = next((i for i, j in pairs if j == p), NEVER)
-        found = by_position[p] = (held, rejecting, held_only)
-    known_held = found[0] | found[2]
+        found = by_position[p] = (held, rejecting)
     events: dict[int, list[tuple[bool, RuleEvent]]] = {}
     for j, audit, event in earlier.events:
         i = new_of.get(j)
         if i is not None:  # a policy not shared has its events again when its rules run
             events.setdefault(i, []).append((audit, event))
-        elif found[2]:
-            # An error or Audit rejection names what a message reads: that rule runs again.
-            known_held = known_held - {i for i, jj in held_pairs if jj == j}
-    return known_held, found[1], earlier.unresolvable, earlier.reason, events
+    return found[0], found[1], earlier.unresolvable, earlier.reason, events
 
 
 def _remember(

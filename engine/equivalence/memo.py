@@ -133,8 +133,7 @@ class ClassMemo:
     """
 
     __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "encoder", "unencoded", "info_blind", "cost", "per_request", "clock",
-                 "pinned", "claimed", "prints", "held_prints", "donor", "shared_policies", "held_policies", "earlier", "carried",
-                 "__weakref__")
+                 "pinned", "claimed", "prints", "donor", "shared_policies", "earlier", "carried", "__weakref__")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -178,10 +177,6 @@ class ClassMemo:
         # of the same prints (the class before a reload changed a policy; a Deployment that
         # differs in a label one policy reads) decides those policies' rules as this one does.
         self.prints: dict[str, bytes] = {}
-        # A filter's prints of what its rules read but for their messages: a policy with the same
-        # one here (and another print) decides alike whether each rule holds, and only a rule that
-        # held is carried (a rejection's message might read what differs).
-        self.held_prints: dict[str, bytes] = {}
         # The class this one started from (``EquivalenceCache._donor``) and the policies they
         # share: a node the donor has a result for is worked out from it, with only the other
         # policies' rules evaluated. Weak: the donor goes when the cache lets it go.
@@ -189,7 +184,6 @@ class ClassMemo:
         # None; ``carried``: what the verb derived from the donor once (the filter's rule positions).
         self.donor: weakref.ref[ClassMemo] | None = None
         self.shared_policies: frozenset[str] = frozenset()
-        self.held_policies: frozenset[str] = frozenset()
         self.earlier: Callable[[str, Any, Any], Any] | None = None
         self.carried: Any = None
 

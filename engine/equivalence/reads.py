@@ -43,22 +43,22 @@ class PolicyReads:
         self.policy = policy
         self.digest = policy_digest(policy)
         variables: list[Expression] = [v.expression for v in policy.variables]
-        decisions = [rule.expression for rule in policy.filters]
-        filters = decisions + [rule.message_expression for rule in policy.filters if rule.message_expression is not None]
+        filters: list[Expression] = []
+        for rule in policy.filters:
+            filters.append(rule.expression)
+            if rule.message_expression is not None:
+                filters.append(rule.message_expression)
         scores = [rule.expression for rule in policy.scores]
         expressions = variables + filters + scores
         params = policy.params if isinstance(policy.params, Mapping) else None
         # Per verb, what its rules (and every variable) read: a score does not read a filter's
         # message, so Deployments whose images differ are one class for scoring
-        # (arm64-readiness's message names the image). "decision": what the filters read but
-        # for their messages, which tells whether a rule holds (``_known`` in
-        # ``engine.equivalence.filtering`` carries such a rule's result when it held).
-        verbs = (("filter", filters), ("score", scores), ("decision", decisions))
+        # (arm64-readiness's message names the image).
         self.verb_pod_paths: dict[str, frozenset[Path]] = {
-            verb: frozenset(p for e in variables + rules for p in pod_paths(e.root, params)) for verb, rules in verbs
+            verb: frozenset(p for e in variables + rules for p in pod_paths(e.root, params)) for verb, rules in (("filter", filters), ("score", scores))
         }
         self.verb_namespace_paths: dict[str, frozenset[Path]] = {
-            verb: frozenset(p for e in variables + rules for p in object_paths(e.root, "namespaceObject")) for verb, rules in verbs
+            verb: frozenset(p for e in variables + rules for p in object_paths(e.root, "namespaceObject")) for verb, rules in (("filter", filters), ("score", scores))
         }
         self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root, params))
         # What they read of the pod's Namespace: pods of namespaces that differ there are not equivalent.
