@@ -511,14 +511,10 @@ def test_past_the_budget_of_node_results_the_least_recently_used_classes_go_howe
         ("has(pod.spec.priorityClassName)", {("spec", "priorityClassName")}),
         ("[pod].size() == 1", {()}),
         ("node.metadata.name == 'x'", set()),
-        # A helper that declares what it reads of the pod: those fields, through the containers list, not the name or images.
+        # A helper that declares what it reads of the pod: those fields (to the depth a fingerprint follows), not the name.
         # Not its status: a resize counts for a bound pod only, so pending replicas stay one class.
-        ("kube.podRequests(pod)[?'cpu'].orValue(0) > 1", {
-            ("spec", "containers", "name"), ("spec", "containers", "resources", "limits"), ("spec", "containers", "resources", "requests"),
-            ("spec", "initContainers", "name"), ("spec", "initContainers", "resources", "limits"), ("spec", "initContainers", "resources", "requests"),
-            ("spec", "initContainers", "restartPolicy"), ("spec", "nodeName"), ("spec", "overhead"), ("spec", "resources", "limits"), ("spec", "resources", "requests"),
-        }),
-        ("kube.podToleratesNodeTaints(pod, node)", {("spec", "tolerations", f) for f in ("key", "operator", "value", "effect")}),
+        ("kube.podRequests(pod)[?'cpu'].orValue(0) > 1", {("spec", f) for f in ("containers", "initContainers", "resources", "overhead", "nodeName")}),
+        ("kube.podToleratesNodeTaints(pod, node)", {("spec", "tolerations")}),
         ("strings.quote(pod.metadata.name) != ''", {("metadata", "name")}),
         ("string(pod) != ''", {()}),
     ],
@@ -527,101 +523,6 @@ def test_the_fingerprint_covers_every_pod_field_an_expression_reads(expression: 
     from engine.cel.parser.parser import parse
 
     assert set(pod_paths(parse(expression))) == paths
-
-
-
-def test_a_fingerprint_through_the_containers_takes_each_containers_field_and_tells_an_absent_one_from_null() -> None:
-    from engine.equivalence.reads import pod_fingerprint
-
-    paths = [("spec", "containers", "resources", "requests")]
-
-    def pod(image: str, resources: Any) -> dict[str, Any]:
-        container: dict[str, Any] = {"name": "main", "image": image, "resources": resources}
-        return {"spec": {"containers": [container, {"name": "sidecar", "image": "proxy:1"}]}}
-
-    cpu = {"requests": {"cpu": "1"}}
-    assert pod_fingerprint(pod("a:1", cpu), paths) == pod_fingerprint(pod("b:2", cpu), paths) == b'[[0,[[{"cpu":"1"}],[]]]]'
-    assert pod_fingerprint(pod("a:1", cpu), paths) != pod_fingerprint(pod("a:1", {"requests": {"cpu": "2"}}), paths)
-    assert pod_fingerprint(pod("a:1", {"requests": None}), paths) != pod_fingerprint(pod("a:1", {}), paths)
-
-
-REQUESTS_ONLY = """apiVersion: kpe.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: room}
-spec:
-  filters:
-  - name: cpu-fits
-    expression: "kube.podRequests(pod, 'cpu').isLessThan(quantity(node.status.allocatable.cpu))"
-    message: no room
-  scores:
-  - name: cpu-share
-    expression: "int(kube.podRequests(pod, 'cpu').asApproximateFloat() * 10.0)"
-"""
-
-
-def test_deployments_of_other_images_and_the_same_requests_are_one_class_for_a_policy_that_reads_requests() -> None:
-    """What many small teams' Deployments have in common: their requests, not their images."""
-    policies = load_text(REQUESTS_ONLY)
-    nodes = cluster.nodes(6)
-    memo = EquivalenceCache()
-    first, other_image, more_cpu = cluster.scheduling_pod(), cluster.scheduling_pod(), cluster.scheduling_pod()
-    other_image["spec"]["containers"][0]["image"] = "registry.example.com/another:2.0"
-    more_cpu["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "64"
-    filter_nodes(policies, first, nodes, memo=memo, now=at(12))
-    score_nodes(policies, first, nodes, memo=memo, now=at(12), encode=host_priority)
-    assert filter_nodes(policies, other_image, nodes, memo=memo, now=at(12)).memo_hits == len(nodes)
-    assert score_nodes(policies, other_image, nodes, memo=memo, now=at(12), encode=host_priority).memo_hits == len(nodes)
-    changed = filter_nodes(policies, more_cpu, nodes, memo=memo, now=at(12))
-    assert changed.memo_hits == 0 and changed.passed == filter_nodes(policies, more_cpu, nodes, now=at(12)).passed
-
-
-
-@pytest.mark.parametrize(
-    ("params", "paths"),
-    [
-        ({"podTeamLabel": "team"}, {("metadata", "labels", "team")}),
-        ({"podTeamLabel": 7}, {("metadata", "labels")}),  # not a string: no key it could name, the labels whole
-        (None, {("metadata", "labels")}),
-    ],
-)
-def test_a_key_taken_from_the_policys_params_is_the_params_value(params: dict[str, Any] | None, paths: set[tuple[str, ...]]) -> None:
-    from engine.cel.parser.parser import parse
-
-    assert set(pod_paths(parse("pod.metadata.?labels[?params.podTeamLabel].orValue('') == 'ml'"), params)) == paths
-
-
-MESSAGE_READS_IMAGE = """apiVersion: kpe.dev/v1alpha1
-kind: SchedulingPolicy
-metadata: {name: arch}
-spec:
-  params: {teamLabel: team}
-  variables:
-  - name: team
-    expression: "pod.metadata.?labels[?params.teamLabel].orValue('')"
-  filters:
-  - name: not-arm
-    expression: "node.metadata.?labels[?'kubernetes.io/arch'].orValue('amd64') != 'arm64' || variables.team == 'arm'"
-    messageExpression: "'image %s does not run on arm64'.format([pod.spec.containers[0].image])"
-  scores:
-  - name: prefer-team-nodes
-    expression: "node.metadata.?labels[?'team'].orValue('') == variables.team ? 100 : 0"
-"""
-
-
-def test_pods_that_differ_only_in_what_a_filters_message_reads_are_one_class_for_scoring() -> None:
-    """A score never reads a filter's message: Deployments of other images and the same team
-    score every node alike, and the filter's class still tells them apart (its message names the image)."""
-    policies = load_text(MESSAGE_READS_IMAGE)
-    nodes = cluster.nodes(6)
-    memo = EquivalenceCache()
-    first, other = cluster.scheduling_pod(), cluster.scheduling_pod()
-    other["spec"]["containers"][0]["image"] = "registry.example.com/another:2.0"
-    other["metadata"]["labels"]["app"] = "another"  # a label the policy does not read
-    for pod in (first, other):
-        filtered = filter_nodes(policies, pod, nodes, memo=memo, now=at(12))
-        scored = score_nodes(policies, pod, nodes, memo=memo, now=at(12), encode=host_priority)
-    assert filtered.memo_hits == 0 and scored.memo_hits == len(nodes)
-    assert scored.scores == score_nodes(policies, other, nodes, now=at(12), encode=host_priority).scores
 
 
 POOL_POLICY = """apiVersion: kpe.dev/v1alpha1

@@ -61,9 +61,9 @@ class EquivalenceCache:
         self._generation = ""
         self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
         self._reads: dict[str, PolicyReads] = {}
-        # By verb and the class's policies' digests: what their rules for the verb read of the pod and its namespace.
-        self._paths: dict[tuple[str, tuple[bytes, ...]], tuple[Path, ...]] = {}
-        self._namespace_paths: dict[tuple[str, tuple[bytes, ...]], tuple[Path, ...]] = {}
+        # By the class's policies' digests: what their expressions read of the pod and its namespace.
+        self._paths: dict[tuple[bytes, ...], tuple[Path, ...]] = {}
+        self._namespace_paths: dict[tuple[bytes, ...], tuple[Path, ...]] = {}
         # (policy name, pod fingerprint) -> (the policy's digest, its match outcome); the digest
         # tells a changed policy of the same name from one a reload left as it was.
         self._matches: dict[tuple[str, bytes], tuple[bytes, Outcome]] = {}
@@ -88,16 +88,16 @@ class EquivalenceCache:
                 self._paths.clear()
                 self._namespace_paths.clear()
         digests = tuple(self.reads(s.policy).digest for s in scopes)
-        paths = self._paths.get((verb, digests))
+        paths = self._paths.get(digests)
         if paths is None:
             read: set[Path] = set()
             for scope in scopes:
-                read |= self.reads(scope.policy).paths(verb)
-            paths = self._paths[verb, digests] = tuple(sorted(read))
-            self._namespace_paths[verb, digests] = tuple(sorted({p for scope in scopes for p in self.reads(scope.policy).namespace_paths_of(verb)}))
+                read |= self.reads(scope.policy).pod_paths
+            paths = self._paths[digests] = tuple(sorted(read))
+            self._namespace_paths[digests] = tuple(sorted({p for scope in scopes for p in self.reads(scope.policy).namespace_paths}))
         fixed: Mapping[str, Any] = scopes[0].fixed if scopes else {}
         dra = fixed.get("dra") if any(self.reads(s.policy).reads_dra for s in scopes) else None
-        fingerprint = inputs_print(pod, paths, self._namespace_paths[verb, digests], fixed, dra)
+        fingerprint = self._fingerprint(digests, pod, fixed, dra)
         if fingerprint is None:
             return None
         key = (verb, digests, fingerprint)
@@ -105,7 +105,7 @@ class EquivalenceCache:
         if table is None:
             blind = not any(self.reads(s.policy).reads_node_info(verb) for s in scopes)
             table = ClassMemo(info_blind=blind, clock=self.clock)
-            table.prints = self._prints(scopes, verb, pod, fixed)
+            table.prints = self._prints(scopes, pod, fixed)
             self._donor(table, verb)
             self._tables[key] = table
             table.pinned = dra
@@ -122,16 +122,18 @@ class EquivalenceCache:
             self._tables.move_to_end(key)
         return table
 
-    def _prints(self, scopes: Sequence[PolicyScope], verb: str, pod: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, bytes]:
-        """Per policy: its digest and what its ``verb`` rules read of ``pod``, the namespace and
-        the DRA objects. Two classes with a policy's same print have the same values for every
-        input of those rules but the node, ``nodeInfo`` and the per-request ones (``now``, ``counts``)."""
+    def _fingerprint(self, digests: tuple[bytes, ...], pod: Mapping[str, Any], fixed: Mapping[str, Any], dra: Any) -> bytes | None:
+        """The class key's fingerprint of ``pod`` for the policies of ``digests`` (their reads known)."""
+        return inputs_print(pod, self._paths[digests], self._namespace_paths[digests], fixed, dra)
+
+    def _prints(self, scopes: Sequence[PolicyScope], pod: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, bytes]:
+        """Per policy: its digest and what it reads of ``pod``, the namespace and the DRA objects.
+        Two classes with a policy's same print have the same values for every input of its rules
+        but the node, ``nodeInfo`` and the per-request ones (``now``, ``counts``)."""
         prints: dict[str, bytes] = {}
         for scope in scopes:
             reads = self.reads(scope.policy)
-            seen = inputs_print(
-                pod, sorted(reads.paths(verb)), sorted(reads.namespace_paths_of(verb)), fixed, fixed.get("dra") if reads.reads_dra else None
-            )
+            seen = inputs_print(pod, sorted(reads.pod_paths), sorted(reads.namespace_paths), fixed, fixed.get("dra") if reads.reads_dra else None)
             if seen is not None:
                 prints[scope.policy.name] = reads.digest + seen
         return prints

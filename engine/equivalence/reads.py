@@ -42,25 +42,13 @@ class PolicyReads:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.digest = policy_digest(policy)
-        variables: list[Expression] = [v.expression for v in policy.variables]
-        filters: list[Expression] = []
+        expressions: list[Expression] = [v.expression for v in policy.variables]
         for rule in policy.filters:
-            filters.append(rule.expression)
+            expressions.append(rule.expression)
             if rule.message_expression is not None:
-                filters.append(rule.message_expression)
-        scores = [rule.expression for rule in policy.scores]
-        expressions = variables + filters + scores
-        params = policy.params if isinstance(policy.params, Mapping) else None
-        # Per verb, what its rules (and every variable) read: a score does not read a filter's
-        # message, so Deployments whose images differ are one class for scoring
-        # (arm64-readiness's message names the image).
-        self.verb_pod_paths: dict[str, frozenset[Path]] = {
-            verb: frozenset(p for e in variables + rules for p in pod_paths(e.root, params)) for verb, rules in (("filter", filters), ("score", scores))
-        }
-        self.verb_namespace_paths: dict[str, frozenset[Path]] = {
-            verb: frozenset(p for e in variables + rules for p in object_paths(e.root, "namespaceObject")) for verb, rules in (("filter", filters), ("score", scores))
-        }
-        self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root, params))
+                expressions.append(rule.message_expression)
+        expressions += [rule.expression for rule in policy.scores]
+        self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root))
         # What they read of the pod's Namespace: pods of namespaces that differ there are not equivalent.
         self.namespace_paths: frozenset[Path] = frozenset(p for e in expressions for p in object_paths(e.root, "namespaceObject"))
         self.reads_dra = any(DRA in e.program.free_variables for e in expressions)
@@ -79,15 +67,7 @@ class PolicyReads:
         self.match_reads_dra = match is not None and DRA in match.program.free_variables
         if match is not None and not self.timed(match):
             self.match_namespace_paths = tuple(sorted(self.namespace_paths | frozenset(object_paths(match.root, "namespaceObject"))))
-            self.match_paths = tuple(sorted(self.pod_paths | frozenset(pod_paths(match.root, params))))
-
-    def paths(self, verb: str) -> frozenset[Path]:
-        """What the policy's rules for ``verb`` (filter or score) and its variables read of the
-        pod (any other verb: what every expression reads)."""
-        return self.verb_pod_paths.get(verb, self.pod_paths)
-
-    def namespace_paths_of(self, verb: str) -> frozenset[Path]:
-        return self.verb_namespace_paths.get(verb, self.namespace_paths)
+            self.match_paths = tuple(sorted(self.pod_paths | frozenset(pod_paths(match.root))))
 
     def reads_node_info(self, verb: str) -> bool:
         """Whether the policy's rules for ``verb`` (filter or score) read ``nodeInfo``,
@@ -157,36 +137,36 @@ def _variables_read(node: ast.Node) -> set[str]:
     return found
 
 
-def pod_paths(root: ast.Node, params: Mapping[str, Any] | None = None) -> Iterable[Path]:
+def pod_paths(root: ast.Node) -> Iterable[Path]:
     """Field paths below ``pod`` that an expression reads: ``pod.spec.?containers``
     gives ``("spec", "containers")``; a use of ``pod`` itself gives ``()``, except as the
     argument of a function that declares what it reads (``READS`` in ``engine.cel.library``):
     ``kube.podRequests(pod)`` reads ``pod.spec``'s containers, overhead and resources, not the
-    pod's name, so replicas stay one class. A key that is one of the policy's ``params``
-    (``pod.metadata.labels[params.podTeamLabel]``) is its value: params are part of the
-    policy's digest, so the key cannot change while the path is in use."""
-    path = _chain(root, "pod", params)
+    pod's name, so replicas stay one class."""
+    path = _chain(root)
     if path is not None:
         yield path
         return
     declared = _declared_reads(root)
     if declared is not None:
         for arg, paths in declared:
-            head = _chain(arg, "pod", params)
+            head = _chain(arg)
             if head is None or paths is None:
-                yield from pod_paths(arg, params)
+                yield from pod_paths(arg)
                 continue
             for read in paths:
                 steps = tuple(read.split(".")) if isinstance(read, str) else tuple(read)
                 if steps[0] == "status":
                     continue  # read of a bound pod only (kube.podRequests: a resize); the pod placed is not bound
-                # A declared path may pass through a list (``spec.containers.resources``): the
-                # fingerprint takes that field of each element, so Deployments of different
-                # images and equal requests are one class for a policy that reads requests.
-                yield (*head, *steps)
+                # A fingerprint follows maps only, and a declared path may pass through a list
+                # (containers): two steps name a field of the pod's spec or metadata, whole.
+                yield (*head, *steps)[: len(head) + FINGERPRINT_DEPTH]
         return
     for child in ast.children(root):
-        yield from pod_paths(child, params)
+        yield from pod_paths(child)
+
+
+FINGERPRINT_DEPTH = 2
 
 
 def _declared_reads(node: ast.Node) -> list[tuple[ast.Node, Any]] | None:
@@ -215,53 +195,31 @@ def object_paths(root: ast.Node, variable: str) -> Iterable[Path]:
         yield from object_paths(child, variable)
 
 
-def _chain(node: ast.Node, variable: str = "pod", params: Mapping[str, Any] | None = None) -> Path | None:
+def _chain(node: ast.Node, variable: str = "pod") -> Path | None:
     match node:
         case ast.Ident(name=found) if found == variable:
             return ()
         case ast.Select(operand=operand, field=name) | ast.Has(operand=operand, field=name):
-            head = _chain(operand, variable, params)
+            head = _chain(operand, variable)
             return None if head is None else (*head, name)
         case ast.Index(operand=operand, index=ast.Literal(value=str() as name)):
-            head = _chain(operand, variable, params)
+            head = _chain(operand, variable)
             return None if head is None else (*head, name)
-        case ast.Index(operand=operand, index=ast.Select(operand=ast.Ident(name="params"), field=key)) if (
-            params is not None and isinstance(params.get(key), str)
-        ):
-            head = _chain(operand, variable, params)
-            return None if head is None else (*head, params[key])
     return None
 
 
 def pod_fingerprint(pod: Mapping[str, Any], paths: Sequence[Path]) -> bytes | None:
-    """The values at ``paths`` as canonical JSON (None if they are not plain JSON). A path that
-    meets a list goes on in each element (``spec.containers.resources``: each container's
-    resources, ``[value]`` where it has them and ``[]`` where not, so that absent and null
-    differ); only declared reads (``_declared_reads``) name such paths, as selecting a field
-    of a list is an error in CEL whatever the list holds."""
+    """The values at ``paths`` as canonical JSON (None if they are not plain JSON)."""
     values: list[Any] = []
     for i, path in enumerate(paths):
-        value = _at(pod, path, 0)
-        if value is not _ABSENT:
+        value: Any = pod
+        for name in path:
+            if not isinstance(value, Mapping) or name not in value:
+                break
+            value = value[name]
+        else:
             values.append((i, value))
     try:
         return orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
-
-
-_ABSENT: Any = object()
-
-
-def _at(value: Any, path: Path, start: int) -> Any:
-    for k in range(start, len(path)):
-        if isinstance(value, Mapping):
-            name = path[k]
-            if name not in value:
-                return _ABSENT
-            value = value[name]
-        elif type(value) is list and k > 0:
-            return [[] if (found := _at(item, path, k)) is _ABSENT else [found] for item in value]
-        else:
-            return _ABSENT
-    return value
