@@ -525,6 +525,28 @@ def test_the_fingerprint_covers_every_pod_field_an_expression_reads(expression: 
     assert set(pod_paths(parse(expression))) == paths
 
 
+
+def test_nodes_a_class_decides_alike_without_errors_share_one_remembered_result() -> None:
+    """A window's passing nodes read one object, and so do the nodes one rule rejects with
+    one message: one result is built for them, not one a node."""
+    policies = load_text("""apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: tens}
+spec:
+  filters:
+  - name: not-a-ten
+    expression: "!node.metadata.name.endsWith('0')"
+    message: nodes ending in 0 are kept free
+""")
+    nodes = cluster.nodes(40)
+    memo = EquivalenceCache()
+    result = filter_nodes(policies, cluster.scheduling_pod(), nodes, memo=memo, now=at(12))
+    table = next(t for (verb, _, _), t in memo._tables.items() if verb == "filter")
+    assert len(result.passed) == 36 and len({id(table.result_of[name]) for name in result.passed}) == 1
+    rejected = {**result.failed, **result.unresolvable}
+    assert len(rejected) == 4 and len({id(table.result_of[name]) for name in rejected}) == 1
+
+
 POOL_POLICY = """apiVersion: kpe.dev/v1alpha1
 kind: SchedulingPolicy
 metadata: {name: pools}

@@ -244,19 +244,20 @@ def _memoized(
             earlier = memo.earlier(name, node, info)
             if earlier is not None and not earlier.timed:
                 known = _known(memo, ordered, earlier)
-        remembered = _remember(plan, timed, guards, enforced, counts, node, info, name, known)
+        # Equal results without events are one object (``memo.shared``): a window's hundreds of
+        # passing nodes then read one result, not hundreds scattered over the heap (each a cache
+        # miss, measured as most of FilterView.build's time in the real request stream).
+        remembered = _remember(plan, timed, guards, enforced, counts, node, info, name, known, memo.shared)
         if remembered.events:
             memo.eventful = memo.eventful or bool(remembered.replay)
-            return remembered
-        # Equal results are one object: a window's hundreds of passing nodes then read one
-        # result, not hundreds scattered over the heap (each a cache miss, measured as most
-        # of FilterView.build's time in the real request stream).
-        shared = memo.shared.get(remembered)
-        if shared is None:
-            if len(memo.shared) >= SHARED_RESULTS:
-                memo.shared.clear()
-            shared = memo.shared[remembered] = remembered
-        return shared
+        elif remembered.timed:  # rules that read now left to run: one object per equal result too
+            shared = memo.shared.get(remembered)
+            if shared is None:
+                if len(memo.shared) >= SHARED_RESULTS:
+                    memo.shared.clear()
+                shared = memo.shared[remembered] = remembered
+            return shared
+        return remembered
 
     found = memo.lookup_nodes(nodes, node_info, NO_NODE_INFO, remember, names=names, inline_s=inline_s)
     result.unknown = found.unknown
@@ -383,10 +384,13 @@ def _remember(
     info: Any,
     name: str,
     known: Known | None = None,
+    plain: dict[Any, Remembered] | None = None,
 ) -> Remembered:
     """Run the rules that do not read ``now`` (Enforce ones up to the first that
     rejects, Audit ones all) and the guards of those that do, except where ``known``
-    (the donor class's result) already tells how a rule decides this node."""
+    (the donor class's result) already tells how a rule decides this node. A result
+    without events or rules left to run is the one in ``plain`` for its rejection, if
+    any: most nodes of a class decide alike, and a result is built only once for them."""
     cache: dict[str, Any] = {}
     events: list[tuple[int, bool, RuleEvent]] = []
     position, unresolvable_, reason = NEVER, False, ""
@@ -413,18 +417,27 @@ def _remember(
         elif rejected:
             position, unresolvable_, reason = i, rule.unresolvable, message
     pending: list[int] = []
-    for entry in plan:
-        i = entry[0]
-        if not timed[i] or (i < enforced and i > position) or i in held:
-            continue
-        guard = guards.get(i)
-        if guard is not None:
-            arity, fn, bind_error = guard
-            value, _error = evaluate_rule(entry[1], entry[2], arity, fn, bind_error, node, info, cache)
-            if value is True:
-                continue  # true whatever the time
-        pending.append(i)
+    if True in timed:
+        for entry in plan:
+            i = entry[0]
+            if not timed[i] or (i < enforced and i > position) or i in held:
+                continue
+            guard = guards.get(i)
+            if guard is not None:
+                arity, fn, bind_error = guard
+                value, _error = evaluate_rule(entry[1], entry[2], arity, fn, bind_error, node, info, cache)
+                if value is True:
+                    continue  # true whatever the time
+            pending.append(i)
     verdict = PASS if position == NEVER else (UNRESOLVABLE if unresolvable_ else FAIL)
+    if plain is not None and not events and not pending:
+        key = (position, unresolvable_, reason)
+        found = plain.get(key)
+        if found is None:
+            if len(plain) >= SHARED_RESULTS:
+                plain.clear()
+            found = plain[key] = Remembered(verdict, reason, position, unresolvable_, (), (), (), verdict, ())
+        return found
     final = tuple((audit, e) for i, audit, e in events if audit or i <= position or i >= enforced)
     return Remembered(verdict, reason, position, unresolvable_, tuple(pending), tuple(events), final, TIMED if pending else verdict, () if pending else final)
 
