@@ -137,7 +137,6 @@ def test_many_decoded_pods_share_their_repeated_strings() -> None:
     assert len({id(p["spec"]["containers"][0]["image"]) for p in pods}) == len({p["spec"]["containers"][0]["image"] for p in pods})
 
 
-
 @functools.cache
 def shipped_projection() -> Projection:
     from engine.policy.loader import load

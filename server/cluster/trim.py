@@ -8,7 +8,7 @@ that thousands of pods repeat are one object each.
 
 Bound pods' equal parts (labels, containers and their resources, conditions,
 container statuses: what replicas of one Deployment have alike) are then made
-one object each (``_share_parts``), as the strings are; so no part of a cached
+one object each (``_interned``), as the strings are; so no part of a cached
 pod may be changed in place.
 
 Pods bound to a node and not gated are also *projected* as they enter: cut to
@@ -88,9 +88,7 @@ def trim(obj: Obj, projection: Projection = EVERYTHING) -> Obj:
     # Pods and nodes are schema-validated by the API server and nest a few dozen levels at
     # most; an object deeper than the interpreter's stack is only left partly interned.
     with contextlib.suppress(RecursionError):
-        _intern_strings(obj)
-        if bound:
-            _share_parts(obj)
+        _interned(obj, PARTS if bound else NOT_SHARED)
     return obj
 
 
@@ -104,25 +102,10 @@ def is_projected(pod: Obj) -> bool:
 
 _intern = sys.intern
 
-
-def _intern_strings(value: Any) -> None:
-    """Intern the string values (not keys: orjson already shares the short ones) under ``value``.
-    Interned strings are freed like any other once the cache lets go of them."""
-    if type(value) is dict:
-        for key, item in value.items():
-            kind = type(item)
-            if kind is str:
-                value[key] = _intern(item)
-            elif kind is dict or kind is list:
-                _intern_strings(item)
-    else:
-        for index, item in enumerate(value):
-            kind = type(item)
-            if kind is str:
-                value[index] = _intern(item)
-            elif kind is dict or kind is list:
-                _intern_strings(item)
-
+# ``_interned``'s ``share``: where equal parts become one object. A bound pod shares what lies
+# inside its ``metadata``, ``spec`` and ``status`` (two levels down), never those or itself.
+PARTS = 2
+NOT_SHARED = -1
 
 # Equal parts of bound pods, one object each: a key (the part's JSON) to the part kept.
 _SHARED: dict[bytes, Any] = {}
@@ -130,34 +113,34 @@ _SHARED: dict[bytes, Any] = {}
 _SWEEP_AT = [4096]
 
 
-def _share_parts(pod: Obj) -> None:
-    """Make the objects and lists inside a bound pod's ``metadata``, ``spec`` and ``status``
-    (its labels, containers, resources, conditions, container statuses) the ones an earlier
-    pod had when they are equal, as ``sys.intern`` does for strings. Replicas of a Deployment
-    differ in their name, UID and a few timestamps; what they share is most of what a
-    projected pod holds (its five conditions alone are five dicts), and 20,000 bound pods
-    hold that 20,000 times otherwise. The pod itself and those three parts stay its own.
-    Shared parts must never be changed in place, as no part of a cached pod ever is."""
-    for part in pod.values():
-        if type(part) is dict:
-            for key, item in part.items():
-                kind = type(item)
-                if kind is dict or kind is list:
-                    part[key] = _shared(item)
-
-
-def _shared(value: Any) -> Any:
-    """``value`` (a fresh dict or list), or the equal one already kept: its children first."""
+def _interned(value: Any, share: int) -> Any:
+    """Intern the string values (not keys: orjson already shares the short ones) under
+    ``value``, a dict or list; interned strings are freed like any other once the cache lets
+    go of them. With ``share`` 0, return the equal part an earlier bound pod had instead of
+    ``value``, as ``sys.intern`` does for strings (its children first); ``share`` levels
+    further down with a positive one, never with ``NOT_SHARED``. Replicas of a Deployment
+    differ in their name, UID and a few timestamps; what they share (labels as projected,
+    containers and their resources, conditions, container statuses) is most of what a
+    projected pod holds, and 20,000 bound pods would hold it 20,000 times (five conditions
+    alone are five dicts a pod). Shared parts are never changed in place, as no part of a
+    cached pod ever is. One walk does both: it runs on every watch event."""
+    below = share - 1 if share > 0 else share
     if type(value) is dict:
         for key, item in value.items():
             kind = type(item)
-            if kind is dict or kind is list:
-                value[key] = _shared(item)
+            if kind is str:
+                value[key] = _intern(item)
+            elif kind is dict or kind is list:
+                value[key] = _interned(item, below)
     else:
         for index, item in enumerate(value):
             kind = type(item)
-            if kind is dict or kind is list:
-                value[index] = _shared(item)
+            if kind is str:
+                value[index] = _intern(item)
+            elif kind is dict or kind is list:
+                value[index] = _interned(item, below)
+    if share != 0:
+        return value
     try:
         key = orjson.dumps(value)  # equal JSON, keys in the same order: equal parts
     except orjson.JSONEncodeError:  # an integer beyond 64 bits: kept as it is
