@@ -525,7 +525,6 @@ def test_the_fingerprint_covers_every_pod_field_an_expression_reads(expression: 
     assert set(pod_paths(parse(expression))) == paths
 
 
-
 def test_nodes_a_class_decides_alike_without_errors_share_one_remembered_result() -> None:
     """A window's passing nodes read one object, and so do the nodes one rule rejects with
     one message: one result is built for them, not one a node."""

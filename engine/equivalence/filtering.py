@@ -250,13 +250,6 @@ def _memoized(
         remembered = _remember(plan, timed, guards, enforced, counts, node, info, name, known, memo.shared)
         if remembered.events:
             memo.eventful = memo.eventful or bool(remembered.replay)
-        elif remembered.timed:  # rules that read now left to run: one object per equal result too
-            shared = memo.shared.get(remembered)
-            if shared is None:
-                if len(memo.shared) >= SHARED_RESULTS:
-                    memo.shared.clear()
-                shared = memo.shared[remembered] = remembered
-            return shared
         return remembered
 
     found = memo.lookup_nodes(nodes, node_info, NO_NODE_INFO, remember, names=names, inline_s=inline_s)
@@ -389,8 +382,9 @@ def _remember(
     """Run the rules that do not read ``now`` (Enforce ones up to the first that
     rejects, Audit ones all) and the guards of those that do, except where ``known``
     (the donor class's result) already tells how a rule decides this node. A result
-    without events or rules left to run is the one in ``plain`` for its rejection, if
-    any: most nodes of a class decide alike, and a result is built only once for them."""
+    without events is the one in ``plain`` for its rejection (if any) and the rules that
+    read ``now`` left to run: most nodes of a class decide alike, and a result is built only
+    once for them."""
     cache: dict[str, Any] = {}
     events: list[tuple[int, bool, RuleEvent]] = []
     position, unresolvable_, reason = NEVER, False, ""
@@ -430,13 +424,13 @@ def _remember(
                     continue  # true whatever the time
             pending.append(i)
     verdict = PASS if position == NEVER else (UNRESOLVABLE if unresolvable_ else FAIL)
-    if plain is not None and not events and not pending:
-        key = (position, unresolvable_, reason)
+    if plain is not None and not events:
+        key = (position, unresolvable_, reason, tuple(pending))
         found = plain.get(key)
         if found is None:
             if len(plain) >= SHARED_RESULTS:
                 plain.clear()
-            found = plain[key] = Remembered(verdict, reason, position, unresolvable_, (), (), (), verdict, ())
+            found = plain[key] = Remembered(verdict, reason, position, unresolvable_, key[3], (), (), TIMED if pending else verdict, ())
         return found
     final = tuple((audit, e) for i, audit, e in events if audit or i <= position or i >= enforced)
     return Remembered(verdict, reason, position, unresolvable_, tuple(pending), tuple(events), final, TIMED if pending else verdict, () if pending else final)

@@ -152,7 +152,7 @@ class ClassMemo:
         # Whether any result computed for the class had errors or Audit rejections to replay:
         # until one has, the verbs skip looking for them.
         self.eventful = False
-        self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each (by (position, unresolvable, reason) when without events)
+        self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each (without events: by position, unresolvable, reason and rules left to run)
         self.pinned: Any = None  # the dra object of the class key (EquivalenceCache.table)
         # The score verb's answer-entry encoder whose prefixes the class remembers (the first it
         # met), and whether a score was remembered without its prefix (before it met one).
