@@ -1,0 +1,146 @@
+"""kpe's CPU per scheduled pod with this script in kube-scheduler's place: over a real
+kube-apiserver (no kube-scheduler), one pod at a time, create it, send kpe a filter with a
+window of node names (420 of 1,000 by default, each pod's window starting where the last one
+stopped, as kube-scheduler's do), a prioritize with the names that passed, and bind the pod to
+the best-scored node. kpe hears both changes of each pod on its watch, as under the scheduler.
+
+    python bench/replay_bench.py                                # kpe and the floor, 3 alternating rounds
+    python bench/replay_bench.py --also-source /tmp/kpe-old    # a tree before a change, in the same run
+    python bench/replay_bench.py --shape many-teams --profile /tmp/replay   # cProfile files of each kpe
+
+Why beside ``scheduler_bench.py``: there every process shares two cores with kube-scheduler,
+and kpe's CPU per pod moves with what the others do; here nothing runs while kpe answers but
+the API server's side of its watch, and each pod's requests come one after another, so the
+rounds tell kpe's own cost per pod (and a profile of a round shows where it goes). It does not
+tell pods/s: the script waits for each answer. Each round is a fresh kpe (``--cluster on``,
+the shipped policies); ``--floor`` is ``scheduler_bench.py``'s do-nothing extender on uvicorn's
+httptools parser. Prints, per round: the extender's CPU ms per measured pod, the API server's and
+etcd's, and the mean round trip of filter and prioritize as this script saw them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import realcluster as rc  # noqa: E402
+import scheduler_bench as sb  # noqa: E402 - the shapes, their pods and the floor
+
+JSON = {"Content-Type": "application/json"}
+
+
+def play(plane: rc.ControlPlane, url: str, pid: int, round_: int, names: list[str], args: argparse.Namespace) -> dict[str, float]:
+    """``args.warm`` pods unmeasured (the classes' first windows), then ``args.pods`` measured."""
+    api = httpx.Client(base_url=plane.url, headers={"Authorization": f"Bearer {rc.ADMIN_TOKEN}"}, verify=False, timeout=30)
+    extender = httpx.Client(timeout=30)
+    offset, waited = 0, {"filter": 0.0, "prioritize": 0.0}
+    before: dict[str, tuple[int, float]] = {}
+    for i in range(args.warm + args.pods):
+        if i == args.warm:
+            time.sleep(1.0)  # the warm-up's filling ahead done
+            before = {p.name: (p.popen.pid, rc.cpu_seconds(p.popen.pid)) for p in plane.processes if p.alive()}
+            before["extender"] = (pid, rc.cpu_seconds(pid))
+        body = sb.pod(i, round_, shape=args.shape)
+        namespace = body["metadata"]["namespace"]
+        created = api.post(f"/api/v1/namespaces/{namespace}/pods", content=orjson.dumps(body), headers=JSON)
+        created.raise_for_status()
+        pod = created.json()
+        window = [names[(offset + k) % len(names)] for k in range(min(args.window, len(names)))]
+        offset = (offset + len(window)) % len(names)
+        t0 = time.perf_counter()
+        filtered = extender.post(url + "/scheduler/filter", content=orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": window}), headers=JSON)
+        filtered.raise_for_status()
+        passed = filtered.json().get("NodeNames") or []
+        t1 = time.perf_counter()
+        scored = extender.post(url + "/scheduler/prioritize", content=orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": passed}), headers=JSON)
+        scored.raise_for_status()
+        t2 = time.perf_counter()
+        if i >= args.warm:
+            waited["filter"] += t1 - t0
+            waited["prioritize"] += t2 - t1
+        ranked = scored.json()
+        best = max(ranked, key=lambda h: h["Score"])["Host"] if ranked else (passed[0] if passed else None)
+        if best is not None:
+            binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod["metadata"]["name"]},
+                       "target": {"apiVersion": "v1", "kind": "Node", "name": best}}
+            api.post(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/binding", content=orjson.dumps(binding), headers=JSON).raise_for_status()
+    time.sleep(1.0)  # the last binding heard
+    out = {who: 1000 * (rc.cpu_seconds(p) - cpu) / args.pods for who, (p, cpu) in before.items()}
+    out |= {f"{verb} ms": 1000 * s / args.pods for verb, s in waited.items()}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--shape", choices=rc.SHAPES, default="default")
+    ap.add_argument("--pods", type=int, default=300, help="pods measured per round (default 300)")
+    ap.add_argument("--warm", type=int, default=100, help="pods before them, not measured (default 100)")
+    ap.add_argument("--window", type=int, default=420, help="node names per filter (default 420: kube-scheduler's at 1,000 nodes)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of each setup, alternating (default 3)")
+    ap.add_argument("--no-floor", dest="floor", action="store_false", help="kpe (and --also-source) only")
+    ap.add_argument("--also-source", action="append", default=[], metavar="DIR", help="the kpe of another source tree too (git archive COMMIT)")
+    ap.add_argument("--profile", type=Path, help="a directory: each kpe runs under cProfile and writes kpe-ROUND.prof there")
+    args = ap.parse_args()
+    rc.skip_without_binaries()
+    setups: list[tuple[str, Path | None]] = [("kpe", None)] + [(f"kpe ({Path(d).name})", Path(d).resolve()) for d in args.also_source]
+    if args.floor:
+        setups.insert(0, ("floor", None))
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="kpe-replay-bench-") as tmp, rc.control_plane(Path(tmp)) as plane:
+        workdir = Path(tmp)
+        (workdir / "floor_app.py").write_text(sb.FLOOR_APP)
+        for namespace in sb.namespaces(args.shape):
+            plane.api.namespace(namespace)
+        names, _ = rc.create_nodes(plane, args.nodes, shape=args.shape)
+        round_ = 0
+        for _ in range(args.rounds):
+            for label, source in setups:
+                round_ += 1
+                if label == "floor":
+                    port = rc.free_port()
+                    floor = rc.start("floor", [sys.executable, "-m", "uvicorn", "floor_app:app", "--host", "127.0.0.1", "--port", str(port), "--http", "httptools",
+                                               "--log-level", "warning", "--no-access-log", "--app-dir", str(workdir)], workdir)
+                    try:
+                        rc.wait_until(lambda: sb._ok(f"http://127.0.0.1:{port}/healthz"), 30, "the floor")
+                        row = play(plane, f"http://127.0.0.1:{port}", floor.popen.pid, round_, names, args)
+                    finally:
+                        floor.stop()
+                else:
+                    profile = args.profile / f"kpe-{round_}.prof" if args.profile else None
+                    kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", source=source, profile=profile)
+                    try:
+                        row = play(plane, kpe.url, kpe.process.popen.pid, round_, names, args)
+                    finally:
+                        kpe.stop()
+                rows.setdefault(label, []).append(row)
+                print(f"  round {round_} {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
+                for namespace in sb.namespaces(args.shape):
+                    rc.delete_pods(plane, namespace)
+    print()
+    print(f"kube-scheduler's calls replayed over a real kube-apiserver ({plane.binaries.version}), {args.nodes} nodes ({args.shape} shape), "
+          f"windows of {args.window} names, {args.pods} pods measured per round after {args.warm}; CPU ms per measured pod (from /proc/PID/stat)")
+    print()
+    columns = list(next(iter(rows.values()))[0])
+    print("| setup | extender CPU ms/pod (rounds) | median | " + " | ".join(c for c in columns if c != "extender") + " |")
+    print("| --- | --- | --- | " + " | ".join("---" for c in columns if c != "extender") + " |")
+    for label, runs in rows.items():
+        each = ", ".join(f"{r['extender']:.2f}" for r in runs)
+        rest = " | ".join(f"{statistics.median(r[c] for r in runs):.2f}" for c in columns if c != "extender")
+        print(f"| {label} | {each} | {statistics.median(r['extender'] for r in runs):.2f} | {rest} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
