@@ -100,7 +100,6 @@ def main() -> int:
     rows: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="kpe-replay-bench-") as tmp, rc.control_plane(Path(tmp)) as plane:
         workdir = Path(tmp)
-        (workdir / "floor_app.py").write_text(sb.FLOOR_APP)
         for namespace in sb.namespaces(args.shape):
             plane.api.namespace(namespace)
         names, _ = rc.create_nodes(plane, args.nodes, shape=args.shape)
@@ -109,11 +108,8 @@ def main() -> int:
             for label, source in setups:
                 round_ += 1
                 if label == "floor":
-                    port = rc.free_port()
-                    floor = rc.start("floor", [sys.executable, "-m", "uvicorn", "floor_app:app", "--host", "127.0.0.1", "--port", str(port), "--http", "httptools",
-                                               "--log-level", "warning", "--no-access-log", "--app-dir", str(workdir)], workdir)
+                    floor, port = sb.start_floor(workdir, "floor-httptools")
                     try:
-                        rc.wait_until(lambda: sb._ok(f"http://127.0.0.1:{port}/healthz"), 30, "the floor")
                         row = play(plane, f"http://127.0.0.1:{port}", floor.popen.pid, round_, names, args)
                     finally:
                         floor.stop()

@@ -332,7 +332,6 @@ def main() -> int:
             plane.api.namespace(namespace)
         _, t_nodes = rc.create_nodes(plane, args.nodes, shape=args.shape)
         print(f"control plane up; {args.nodes} nodes ({args.shape}) created in {t_nodes:.1f} s", flush=True)
-        (workdir / "floor_app.py").write_text(FLOOR_APP)
         policies = rc.POLICIES
         if args.cluster_source:
             policy_objects(plane, policies)
@@ -345,10 +344,7 @@ def main() -> int:
         floors: dict[str, tuple[rc.Process, int]] = {}
         for setup in setups:
             if setup in FLOORS:
-                port = rc.free_port()
-                floors[setup] = rc.start(setup, [sys.executable, "-m", "uvicorn", "floor_app:app", "--host", "127.0.0.1", "--port", str(port),
-                                                 "--http", FLOORS[setup], "--log-level", "warning", "--no-access-log", "--app-dir", str(workdir)], workdir), port
-                rc.wait_until(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), 30, f"the {setup} extender")
+                floors[setup] = start_floor(workdir, setup)
                 if pinned is not None:
                     _pin(floors[setup][0].popen.pid, pinned[1])
         round_ = 0
@@ -510,6 +506,17 @@ def _pin(pid: int, cpus: set[int]) -> None:
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(ProcessLookupError):
             os.sched_setaffinity(int(task.name), cpus)
+
+
+def start_floor(workdir: Path, setup: str) -> tuple[rc.Process, int]:
+    """The do-nothing extender ``setup`` (one of FLOORS, by its HTTP parser) on a free port,
+    once it answers: its process and port."""
+    (workdir / "floor_app.py").write_text(FLOOR_APP)
+    port = rc.free_port()
+    process = rc.start(setup, [sys.executable, "-m", "uvicorn", "floor_app:app", "--host", "127.0.0.1", "--port", str(port),
+                               "--http", FLOORS[setup], "--log-level", "warning", "--no-access-log", "--app-dir", str(workdir)], workdir)
+    rc.wait_until(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), 30, f"the {setup} extender")
+    return process, port
 
 
 def _ok(url: str) -> bool:
