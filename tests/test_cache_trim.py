@@ -185,10 +185,10 @@ def test_parts_no_cached_pod_holds_any_more_are_forgotten() -> None:
     labels = orjson.dumps(gone["metadata"]["labels"])
     assert labels in module._SHARED
     del gone
-    for i in range(3 * 4096):  # parts of their own, each let go: the table doubles and is swept
+    for i in range(3 * module.SWEEP_FLOOR):  # parts of their own, each let go: the table doubles and is swept
         projected(i, "node-0", team=f"team-{i}")
     assert labels not in module._SHARED
-    assert len(module._SHARED) < 3 * 4096
+    assert len(module._SHARED) < 3 * module.SWEEP_FLOOR
 
 
 READS_CACHED_PODS = """

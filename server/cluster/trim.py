@@ -109,8 +109,10 @@ NOT_SHARED = -1
 
 # Equal parts of bound pods, one object each: a key (the part's JSON) to the part kept.
 _SHARED: dict[bytes, Any] = {}
-# Entries no pod holds any more are dropped when the table has doubled since the last sweep.
-_SWEEP_AT = [4096]
+# Entries no pod holds any more are dropped when the table has doubled since the last sweep
+# (and has at least SWEEP_FLOOR entries).
+SWEEP_FLOOR = 4096
+_sweep_at = SWEEP_FLOOR
 
 
 def _interned(value: Any, share: int) -> Any:
@@ -146,7 +148,7 @@ def _interned(value: Any, share: int) -> Any:
     except orjson.JSONEncodeError:  # an integer beyond 64 bits: kept as it is
         return value
     kept = _SHARED.setdefault(key, value)
-    if kept is value and len(_SHARED) > _SWEEP_AT[0]:
+    if kept is value and len(_SHARED) > _sweep_at:
         _sweep()
     return kept
 
@@ -159,4 +161,4 @@ def _sweep() -> None:
         # The table's reference, ``part`` and getrefcount's argument: nothing else holds it.
         if part is not None and sys.getrefcount(part) <= 3:
             _SHARED.pop(key, None)
-    _SWEEP_AT[0] = max(4096, 2 * len(_SHARED))
+    _sweep_at = max(SWEEP_FLOOR, 2 * len(_SHARED))
