@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
 from tests.e2e.controlplane import (  # noqa: E402
     ADMIN_TOKEN,
     BIN,
+    KPE_TOKEN,
     HOW_TO_GET,
     ControlPlane,
     Process,
@@ -40,7 +41,7 @@ from tests.e2e.controlplane import (  # noqa: E402
 )
 
 __all__ = [
-    "ADMIN_TOKEN", "BIN", "HOW_TO_GET", "ControlPlane", "Process", "binaries_present", "control_plane", "free_port",
+    "ADMIN_TOKEN", "BIN", "KPE_TOKEN", "HOW_TO_GET", "ControlPlane", "Process", "binaries_present", "control_plane", "free_port",
     "kpe_executable", "start", "wait_until", "ROOT", "POLICIES", "ZONES", "TEAMS", "SHAPES", "create_nodes", "run_many",
     "start_kpe", "start_scheduler", "scheduler_config", "rss", "metrics", "delete_pods", "now",
 ]

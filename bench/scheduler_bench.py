@@ -25,6 +25,15 @@ Setups alternate within each pair (none, floor, kpe, none, floor, kpe, ...):
 - floor-httptools: the same do-nothing extender on uvicorn's httptools parser,
   the one kpe serves with (a stricter floor: what any extender on this stack
   could reach by parsing HTTP in C);
+- floor-watch: floor-httptools keeping a pod cache, as any extender that is sent
+  node names must: it lists every pod and watches them (JSON over TLS with httpx,
+  kpe's RBAC user), decoding each event with orjson into a dict by UID; it
+  reads nothing of it. What the cache alone costs a Python extender on this
+  stack, with no policy;
+- floor-burn: floor-httptools spending ``--burn-ms`` of CPU (thread time, a busy
+  loop) in each filter before its answer: how much CPU a pod an extender can add
+  to the floor's before pods/s drop, on this machine, whatever the CPU does (a
+  list, ``--burn-ms 0.5,1,2``: a setup per value, ``floor-burn-0.5ms`` ...);
 - kpe: ``kpe serve`` on ``policies/`` (plain HTTP, ``--cluster on``, a fresh
   process per round), its entry from ``kpe scheduler-config``: kpe on the default
   scheduler, whose every profile then has the extender, so no pod is batched
@@ -74,6 +83,93 @@ from server_bench import FLOOR_APP  # noqa: E402 - the same do-nothing extender:
 NAMESPACE = "batch"  # bin-packing scores pods here
 # The do-nothing extenders, by the HTTP parser uvicorn runs them with.
 FLOORS = {"floor": "h11", "floor-httptools": "httptools"}
+# The floor with one cost added (on httptools): measured against the floors as kpe is.
+REFERENCES = ("floor-watch", "floor-burn")
+
+
+def burned(setup: str) -> float | None:
+    """floor-burn-Xms's X (the setup ``floor-burn`` is one per ``--burn-ms`` value); None for other setups."""
+    if setup.startswith("floor-burn-") and setup.endswith("ms"):
+        return float(setup[len("floor-burn-"):-2])
+    return None
+
+
+def is_reference(setup: str) -> bool:
+    return setup == "floor-watch" or burned(setup) is not None
+
+REFERENCE_APP = '''
+import asyncio
+import contextlib
+import os
+import time
+
+import httpx
+import orjson
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+BURN_S = float(os.environ.get("FLOOR_BURN_MS", "0")) / 1000
+URL = os.environ.get("FLOOR_WATCH_URL", "")
+TOKEN = os.environ.get("FLOOR_WATCH_TOKEN", "")
+pods = {}
+listed_once = asyncio.Event()
+
+def burn():
+    end = time.thread_time() + BURN_S
+    while time.thread_time() < end:
+        pass
+
+async def filter_(request):
+    body = orjson.loads(await request.body())
+    if BURN_S:
+        burn()
+    if body.get("NodeNames") is not None:
+        answer = {"NodeNames": body["NodeNames"], "FailedNodes": {}, "Error": ""}
+    else:
+        answer = {"Nodes": body["Nodes"], "NodeNames": None, "FailedNodes": {}, "Error": ""}
+    return Response(orjson.dumps(answer), media_type="application/json")
+
+async def prioritize(request):
+    body = orjson.loads(await request.body())
+    names = body.get("NodeNames") or [n["metadata"]["name"] for n in body["Nodes"]["items"]]
+    return Response(orjson.dumps([{"Host": n, "Score": 0} for n in names]), media_type="application/json")
+
+async def health(request):
+    # Ready once the pods are listed, as kpe is once its cache has synced.
+    return Response(b"ok") if listed_once.is_set() or not URL else Response(b"listing", status_code=503)
+
+async def watch():
+    async with httpx.AsyncClient(base_url=URL, headers={"Authorization": "Bearer " + TOKEN}, verify=False, timeout=None) as client:
+        while True:
+            try:
+                listed = orjson.loads((await client.get("/api/v1/pods")).content)
+                pods.clear()
+                pods.update((p["metadata"]["uid"], p) for p in listed["items"])
+                listed_once.set()
+                params = {"watch": "1", "resourceVersion": listed["metadata"]["resourceVersion"], "allowWatchBookmarks": "true"}
+                async with client.stream("GET", "/api/v1/pods", params=params) as response:
+                    async for line in response.aiter_lines():
+                        event = orjson.loads(line)
+                        kind, obj = event["type"], event["object"]
+                        if kind == "DELETED":
+                            pods.pop(obj["metadata"]["uid"], None)
+                        elif kind in ("ADDED", "MODIFIED"):
+                            pods[obj["metadata"]["uid"]] = obj
+            except httpx.HTTPError:
+                await asyncio.sleep(1)
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    task = asyncio.create_task(watch()) if URL else None
+    yield
+    if task is not None:
+        task.cancel()
+
+app = Starlette(routes=[Route("/scheduler/filter", filter_, methods=["POST"]),
+                        Route("/scheduler/prioritize", prioritize, methods=["POST"]),
+                        Route("/healthz", health)], lifespan=lifespan)
+'''
 
 
 
@@ -184,22 +280,35 @@ class BindWatch(threading.Thread):
 
 def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pods: int, round_: int, timeout: float,
               cpu: dict[str, float], extender_pid: int | None, *, own: dict[str, Any] | None = None, own_share: float = 0.0,
-              split: dict[str, float] | None = None, shape: str = "default") -> tuple[float, float]:
+              split: dict[str, float] | None = None, shape: str = "default", backlog: bool = False) -> tuple[float, float]:
     """Restart kube-scheduler with ``config`` (and with ``own``, kpe's own scheduler beside it, which
     ``own_share`` of the pods name), create the pods; returns pods/s from the first create to the
     last binding, and the seconds the creates took. Adds each process's CPU seconds over the round to
-    ``cpu``; with ``own``, ``split`` gets each scheduler's own pods/s (its pods over the time to its last binding)."""
-    scheduler = rc.start_scheduler(config, workdir, name=f"kube-scheduler-{round_}")
-    schedulers = [scheduler]
+    ``cpu``; with ``own``, ``split`` gets each scheduler's own pods/s (its pods over the time to its last binding).
+
+    With ``backlog`` the pods are created before kube-scheduler starts, and pods/s are from the first
+    binding to the last: the scheduler's own pace through a queue of waiting pods, which creating
+    pods on the same cores does not hold back (on two cores it can: creating 1,000 pods can take
+    longer than scheduling them)."""
     pids = {p.name: p.popen.pid for p in plane.processes if p.alive()}
-    pids["kube-scheduler"] = scheduler.popen.pid
-    if own is not None:
-        schedulers.append(rc.start_scheduler(own, workdir, name=f"{OWN_SCHEDULER}-{round_}"))
-        pids[OWN_SCHEDULER] = schedulers[-1].popen.pid
     if extender_pid is not None:
         pids["extender"] = extender_pid
     before = {name: rc.cpu_seconds(pid) for name, pid in pids.items()}
+    schedulers: list[rc.Process] = []
+
+    def start_schedulers() -> None:
+        schedulers.append(rc.start_scheduler(config, workdir, name=f"kube-scheduler-{round_}"))
+        pids["kube-scheduler"] = schedulers[-1].popen.pid
+        if own is not None:
+            schedulers.append(rc.start_scheduler(own, workdir, name=f"{OWN_SCHEDULER}-{round_}"))
+            pids[OWN_SCHEDULER] = schedulers[-1].popen.pid
+        for name in ("kube-scheduler", OWN_SCHEDULER):
+            if name in pids:
+                before[name] = rc.cpu_seconds(pids[name])
+
     try:
+        if not backlog:
+            start_schedulers()
         rv = plane.api.get("/api/v1/pods", params={"limit": 1})["metadata"]["resourceVersion"]
         watch = BindWatch(plane, rv, pods)
         watch.start()
@@ -207,6 +316,8 @@ def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pod
         t0 = time.monotonic()
         bodies = [pod(i, round_, scheduler_name=OWN_SCHEDULER if own is not None and to_own(i, own_share) else "", shape=shape) for i in range(pods)]
         created = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{body['metadata']['namespace']}/pods", body) for body in bodies], 16)
+        if backlog:
+            start_schedulers()
         if not watch.done.wait(timeout):
             raise RuntimeError(f"round {round_}: {len(watch.bound)} of {pods} pods bound after {timeout:.0f} s\n" + "\n".join(s.tail(20) for s in schedulers))
         if watch.error is not None:
@@ -218,6 +329,8 @@ def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pod
                 times = [watch.bound[b["metadata"]["name"]] for b in bodies if bool(b["spec"].get("schedulerName")) == mine]
                 if times:
                     split[who] = len(times) / (max(times) - t0)
+        if backlog:
+            return (pods - 1) / (max(watch.bound.values()) - min(watch.bound.values())), created
         return pods / (max(watch.bound.values()) - t0), created
     finally:
         for s in schedulers:
@@ -269,7 +382,8 @@ def main() -> int:
                          "(default 300, to keep the default run near 6 minutes; 0: --pods)")
     ap.add_argument("--pairs", type=int, default=3, help="rounds of each setup, alternating (default 3)")
     ap.add_argument("--modes", default="names,nodes", help="names (nodeCacheCapable), nodes (whole nodes), or both")
-    ap.add_argument("--setups", default="none,floor,kpe", help="of none, floor, floor-httptools, kpe, own (default none,floor,kpe)")
+    ap.add_argument("--setups", default="none,floor,kpe", help="of none, floor, floor-httptools, floor-watch, floor-burn, kpe, own (default none,floor,kpe)")
+    ap.add_argument("--burn-ms", default="1", help="floor-burn's CPU a filter, in ms; a comma-separated list runs a floor-burn per value (default 1)")
     ap.add_argument("--own-share", type=float, default=0.5,
                     help="with the own setup, the share of the pods that name kpe's own scheduler (default 0.5)")
     ap.add_argument("--round-timeout", type=float, default=600)
@@ -302,6 +416,10 @@ def main() -> int:
                     help="the extender (kpe or the floor) on a CPU of its own, everything else (the control plane, this "
                          "script) on the others, as a Deployment with its own CPU gets it: pods/s then tell the extender's "
                          "latency, not what its CPU takes from the control plane on a shared machine (needs 2 CPUs or more)")
+    ap.add_argument("--backlog", action="store_true",
+                    help="each round's pods are created before kube-scheduler starts, and pods/s are from the first binding "
+                         "to the last: how fast the scheduler works through waiting pods, without creating them on the same "
+                         "cores at the same time (CPU per pod still counts from the first create)")
     ap.add_argument("--caps", action="store_true",
                     help="kpe serves the shipped policies and per-node caps that count pods on a node (nodeInfo), so every "
                          "filter counts the pods in flight")
@@ -309,13 +427,16 @@ def main() -> int:
     rc.skip_without_binaries()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     setups = [s.strip() for s in args.setups.split(",") if s.strip()]
-    assert set(modes) <= {"names", "nodes"} and set(setups) <= {"none", *FLOORS, "kpe", "own"}, "unknown mode or setup"
+    assert set(modes) <= {"names", "nodes"} and set(setups) <= {"none", *FLOORS, *REFERENCES, "kpe", "own"}, "unknown mode or setup"
+    if "floor-burn" in setups:
+        at = setups.index("floor-burn")
+        setups[at:at + 1] = [f"floor-burn-{float(v):g}ms" for v in args.burn_ms.split(",") if v.strip()]
     assert 0 < args.own_share <= 1, "--own-share is a share of the pods, above 0 and at most 1"
     sources: dict[str, Path | None] = {"kpe": None} | {f"kpe ({Path(d).name})": Path(d).resolve() for d in args.also_source}
     if args.cluster_source:
         sources[CLUSTER_SETUP] = None
     setups += list(sources)[1:]
-    kpes = [s for s in setups if s in sources or s == "own"]
+    kpes = [s for s in setups if is_reference(s)] + [s for s in setups if s in sources or s == "own"]
 
     pinned = _pin_plan() if args.pin_extender else None
     if pinned is not None:
@@ -343,8 +464,8 @@ def main() -> int:
             (policies / "per-node-caps.yaml").write_text(CAPS)
         floors: dict[str, tuple[rc.Process, int]] = {}
         for setup in setups:
-            if setup in FLOORS:
-                floors[setup] = start_floor(workdir, setup)
+            if setup in FLOORS or is_reference(setup):
+                floors[setup] = start_floor(workdir, setup, plane=plane)
                 if pinned is not None:
                     _pin(floors[setup][0].popen.pid, pinned[1])
         round_ = 0
@@ -363,7 +484,7 @@ def main() -> int:
                         kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-{round_}", policies=policies)
                         config = rc.scheduler_config(plane, None)
                         own = rc.scheduler_config(plane, kpe.url + "/scheduler", node_cache_capable=names, policies=policies, scheduler_name=OWN_SCHEDULER)
-                    elif setup in FLOORS:
+                    elif setup in floors:
                         config = rc.scheduler_config(plane, f"http://127.0.0.1:{floors[setup][1]}/scheduler", node_cache_capable=names, drop_preempt=True)
                     else:
                         profile = args.profile / f"kpe-{round_}.prof" if args.profile else None
@@ -383,7 +504,7 @@ def main() -> int:
                         _pin(kpe.process.popen.pid, pinned[1])
                     try:
                         rate, created = one_round(plane, workdir, config, pods, round_, args.round_timeout, cpu, extender_pid,
-                                                  own=own, own_share=args.own_share, split=split, shape=args.shape)
+                                                  own=own, own_share=args.own_share, split=split, shape=args.shape, backlog=args.backlog)
                         if kpe is not None:
                             stats.setdefault((mode, setup), []).append(kpe_stats(kpe.url))
                     finally:
@@ -424,7 +545,8 @@ def main() -> int:
     print()
     print(f"real kube-scheduler and kube-apiserver ({plane.binaries.version}), {args.nodes} nodes ({args.shape} shape), "
           + ", ".join(f"{n} pods per round ({m})" for m, n in pods_per_mode.items())
-          + f", {args.pairs} alternating pairs, scheduler client qps {args.scheduler_qps:g}; pods/s from the first create to the last binding"
+          + f", {args.pairs} alternating pairs, scheduler client qps {args.scheduler_qps:g}; pods/s "
+          + ("from the first binding to the last, the pods created before kube-scheduler started (--backlog)" if args.backlog else "from the first create to the last binding")
           + (f"; the extender on CPU {min(pinned[1])}, everything else on CPU {','.join(map(str, sorted(pinned[0])))}" if pinned is not None else ""))
     print()
     # Beside each setup's rates: its extender's CPU per scheduled pod (kpe's or the floor's) and every process's.
@@ -508,13 +630,25 @@ def _pin(pid: int, cpus: set[int]) -> None:
             os.sched_setaffinity(int(task.name), cpus)
 
 
-def start_floor(workdir: Path, setup: str) -> tuple[rc.Process, int]:
-    """The do-nothing extender ``setup`` (one of FLOORS, by its HTTP parser) on a free port,
-    once it answers: its process and port."""
-    (workdir / "floor_app.py").write_text(FLOOR_APP)
+def start_floor(workdir: Path, setup: str, *, plane: rc.ControlPlane | None = None) -> tuple[rc.Process, int]:
+    """The do-nothing extender ``setup`` (one of FLOORS, by its HTTP parser, or of REFERENCES, on
+    httptools) on a free port, once it answers: its process and port."""
+    env = dict(os.environ)
+    if is_reference(setup):
+        (workdir / "reference_app.py").write_text(REFERENCE_APP)
+        module, parser = "reference_app", "httptools"
+        burn_ms = burned(setup)
+        if burn_ms is not None:
+            env["FLOOR_BURN_MS"] = str(burn_ms)
+        else:
+            assert plane is not None, "floor-watch watches the control plane's pods"
+            env |= {"FLOOR_WATCH_URL": plane.url, "FLOOR_WATCH_TOKEN": rc.KPE_TOKEN}
+    else:
+        (workdir / "floor_app.py").write_text(FLOOR_APP)
+        module, parser = "floor_app", FLOORS[setup]
     port = rc.free_port()
-    process = rc.start(setup, [sys.executable, "-m", "uvicorn", "floor_app:app", "--host", "127.0.0.1", "--port", str(port),
-                               "--http", FLOORS[setup], "--log-level", "warning", "--no-access-log", "--app-dir", str(workdir)], workdir)
+    process = rc.start(setup, [sys.executable, "-m", "uvicorn", f"{module}:app", "--host", "127.0.0.1", "--port", str(port),
+                               "--http", parser, "--log-level", "warning", "--no-access-log", "--app-dir", str(workdir)], workdir, env=env)
     rc.wait_until(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), 30, f"the {setup} extender")
     return process, port
 
