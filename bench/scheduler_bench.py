@@ -97,6 +97,8 @@ def burned(setup: str) -> float | None:
 def is_reference(setup: str) -> bool:
     return setup == "floor-watch" or burned(setup) is not None
 
+
+# The floor's handlers (floor_app.py, written beside it) with one cost added.
 REFERENCE_APP = '''
 import asyncio
 import contextlib
@@ -109,31 +111,20 @@ from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
 
+import floor_app
+
 BURN_S = float(os.environ.get("FLOOR_BURN_MS", "0")) / 1000
 URL = os.environ.get("FLOOR_WATCH_URL", "")
 TOKEN = os.environ.get("FLOOR_WATCH_TOKEN", "")
 pods = {}
 listed_once = asyncio.Event()
 
-def burn():
-    end = time.thread_time() + BURN_S
-    while time.thread_time() < end:
-        pass
-
 async def filter_(request):
-    body = orjson.loads(await request.body())
     if BURN_S:
-        burn()
-    if body.get("NodeNames") is not None:
-        answer = {"NodeNames": body["NodeNames"], "FailedNodes": {}, "Error": ""}
-    else:
-        answer = {"Nodes": body["Nodes"], "NodeNames": None, "FailedNodes": {}, "Error": ""}
-    return Response(orjson.dumps(answer), media_type="application/json")
-
-async def prioritize(request):
-    body = orjson.loads(await request.body())
-    names = body.get("NodeNames") or [n["metadata"]["name"] for n in body["Nodes"]["items"]]
-    return Response(orjson.dumps([{"Host": n, "Score": 0} for n in names]), media_type="application/json")
+        end = time.thread_time() + BURN_S
+        while time.thread_time() < end:
+            pass
+    return await floor_app.filter_(request)
 
 async def health(request):
     # Ready once the pods are listed, as kpe is once its cache has synced.
@@ -167,7 +158,7 @@ async def lifespan(app):
         task.cancel()
 
 app = Starlette(routes=[Route("/scheduler/filter", filter_, methods=["POST"]),
-                        Route("/scheduler/prioritize", prioritize, methods=["POST"]),
+                        Route("/scheduler/prioritize", floor_app.prioritize, methods=["POST"]),
                         Route("/healthz", health)], lifespan=lifespan)
 '''
 
@@ -328,7 +319,7 @@ def one_round(plane: rc.ControlPlane, workdir: Path, config: dict[str, Any], pod
             for who, mine in (("kpe's pods", True), ("others", False)):
                 times = [watch.bound[b["metadata"]["name"]] for b in bodies if bool(b["spec"].get("schedulerName")) == mine]
                 if times:
-                    split[who] = len(times) / (max(times) - t0)
+                    split[who] = len(times) / (max(times) - (min(watch.bound.values()) if backlog else t0))
         if backlog:
             return (pods - 1) / (max(watch.bound.values()) - min(watch.bound.values())), created
         return pods / (max(watch.bound.values()) - t0), created
@@ -634,6 +625,7 @@ def start_floor(workdir: Path, setup: str, *, plane: rc.ControlPlane | None = No
     """The do-nothing extender ``setup`` (one of FLOORS, by its HTTP parser, or of REFERENCES, on
     httptools) on a free port, once it answers: its process and port."""
     env = dict(os.environ)
+    (workdir / "floor_app.py").write_text(FLOOR_APP)
     if is_reference(setup):
         (workdir / "reference_app.py").write_text(REFERENCE_APP)
         module, parser = "reference_app", "httptools"
@@ -644,7 +636,6 @@ def start_floor(workdir: Path, setup: str, *, plane: rc.ControlPlane | None = No
             assert plane is not None, "floor-watch watches the control plane's pods"
             env |= {"FLOOR_WATCH_URL": plane.url, "FLOOR_WATCH_TOKEN": rc.KPE_TOKEN}
     else:
-        (workdir / "floor_app.py").write_text(FLOOR_APP)
         module, parser = "floor_app", FLOORS[setup]
     port = rc.free_port()
     process = rc.start(setup, [sys.executable, "-m", "uvicorn", f"{module}:app", "--host", "127.0.0.1", "--port", str(port),
