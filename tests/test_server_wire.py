@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from server.app import create_app
 from server.settings import Settings
@@ -153,6 +154,14 @@ def test_metrics_count_requests_rules_and_generation(kpe: str) -> None:
     assert 'kpe_rule_evaluations_total{kind="filter",policy="web-off-gpu",rule="no-gpu"}' in text
     assert "kpe_policy_generation_info{generation=" in text
     assert "kpe_request_duration_seconds_bucket" in text
+
+
+def test_metrics_report_the_cpu_seconds_and_resident_memory_of_kpes_process(kpe: str) -> None:
+    # What sizes kpe's CPU request (docs/operations.md, CPU; the dashboard's CPU panels).
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(kpe + "/metrics").text)}
+    assert families["process_cpu_seconds"].type == "counter"
+    assert families["process_cpu_seconds"].samples[0].value > 0
+    assert families["process_resident_memory_bytes"].samples[0].value > 10 * 2**20
 
 
 def test_explain_endpoint_returns_the_table_for_a_pod(kpe: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from engine.decisions.filtering import RuleEvent
@@ -26,6 +26,9 @@ class Metrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
+        # The process's CPU seconds and resident memory (process_*, from /proc): kube-scheduler waits for kpe
+        # on every pod, so CPU kpe waits for shows as scheduling latency, and these size its requests.
+        ProcessCollector(registry=r)
         self.requests = Counter("kpe_requests_total", "Requests per verb and HTTP status", ["verb", "code"], registry=r)
         self.latency = Histogram("kpe_request_duration_seconds", "Time to answer, per verb", ["verb"], buckets=LATENCY_BUCKETS, registry=r)
         self.nodes_per_request = Histogram(
