@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from engine.cluster.projection import Projection
 from server.cluster.trim import trim
@@ -189,6 +190,19 @@ def test_parts_no_cached_pod_holds_any_more_are_forgotten() -> None:
         projected(i, "node-0", team=f"team-{i}")
     assert labels not in module._SHARED
     assert len(module._SHARED) < 3 * module.SWEEP_FLOOR
+
+
+def test_parts_cached_pods_still_hold_are_swept_once_each_time_the_table_doubles_not_at_every_new_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep walks the whole table: on every watch event of a cluster with more live parts than
+    the floor, it would make each event cost the cluster's size."""
+    from server.cluster import trim as module
+
+    sweeps = []
+    sweep = module._sweep
+    monkeypatch.setattr(module, "_sweep", lambda: (sweeps.append(len(module._SHARED)), sweep()))
+    held = [projected(i, "node-0", team=f"held-{i}") for i in range(3 * module.SWEEP_FLOOR)]
+    assert all(orjson.dumps(pod["metadata"]["labels"]) in module._SHARED for pod in held)
+    assert 1 <= len(sweeps) <= 3, sweeps
 
 
 READS_CACHED_PODS = """

@@ -156,6 +156,7 @@ def _interned(value: Any, share: int) -> Any:
 def _sweep() -> None:
     """Forget the parts only the table holds (their pods are gone or changed), so the table
     follows the cluster instead of growing with every part ever seen."""
+    global _sweep_at
     for key in reversed(list(_SHARED)):  # a part after its children: they are let go first
         part = _SHARED.get(key)
         # The table's reference, ``part`` and getrefcount's argument: nothing else holds it.
