@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import heterogeneous  # noqa: E402 - bench/ is on the path of every script that imports this
 from tests.e2e.controlplane import (  # noqa: E402
     ADMIN_TOKEN,
     BIN,
@@ -97,16 +98,20 @@ def run_many(plane: ControlPlane, calls: Iterable[tuple[str, str, Any]], concurr
     return time.monotonic() - t0
 
 
-SHAPES = ("default", "tainted-gpu", "many-teams")
+SHAPES = ("default", "tainted-gpu", "many-teams", "heterogeneous")
 """Cluster shapes (``scheduler_bench.py --shape``): ``default``, the nodes below; ``tainted-gpu``,
 a quarter of them GPU nodes with the GPU taint; ``many-teams``, the default nodes with many small
-team namespaces (the pods differ, ``scheduler_bench.py`` says how)."""
+team namespaces (the pods differ, ``scheduler_bench.py`` says how); ``heterogeneous``, nodes and
+pods generated from a seed as a real cluster's differ (``heterogeneous.py``)."""
 
 
 def node_object(i: int, *, shape: str = "default") -> tuple[dict[str, Any], dict[str, Any]]:
     """Node i and its status: 4 % GPU nodes (8 GPUs, no taint), 10 % arm64, 30 % in a team pool,
     2 % in maintenance, spread over three zones; all Ready, no taints. ``tainted-gpu``: a quarter
-    are GPU nodes, tainted ``nvidia.com/gpu=present:NoSchedule`` as GPU node pools are."""
+    are GPU nodes, tainted ``nvidia.com/gpu=present:NoSchedule`` as GPU node pools are.
+    ``heterogeneous``: ``heterogeneous.node_object``."""
+    if shape == "heterogeneous":
+        return heterogeneous.node_object(i, now=now())
     zone = ZONES[i % len(ZONES)]
     gpu = i % 4 == 0 if shape == "tainted-gpu" else i % 25 == 0
     arm = i % 10 == 3

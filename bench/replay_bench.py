@@ -7,6 +7,7 @@ the best-scored node. kpe hears both changes of each pod on its watch, as under 
     python bench/replay_bench.py                                # kpe and the floor, 3 alternating rounds
     python bench/replay_bench.py --also-source /tmp/kpe-old    # a tree before a change, in the same run
     python bench/replay_bench.py --shape many-teams --profile /tmp/replay   # cProfile files of each kpe
+    python bench/replay_bench.py --fake-api --shape heterogeneous          # no binaries: the tests' fake API server
 
 Why beside ``scheduler_bench.py``: there every process shares two cores with kube-scheduler,
 and kpe's CPU per pod moves with what the others do; here nothing runs while kpe answers but
@@ -16,16 +17,22 @@ tell pods/s: the script waits for each answer. Each round is a fresh kpe (``--cl
 the shipped policies); ``--floor`` is ``scheduler_bench.py``'s do-nothing extender on uvicorn's
 httptools parser. Prints, per round: the extender's CPU ms per measured pod, the API server's and
 etcd's, and the mean round trip of filter and prioritize as this script saw them.
+
+``--fake-api`` replays over the tests' in-process fake API server instead (``tests/fakeapi``:
+lists, watches and bindings as the real one answers them): no Kubernetes binaries needed, and
+kpe's CPU a pod comparable within the run (the API server's own CPU is this script's then).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -38,9 +45,31 @@ import scheduler_bench as sb  # noqa: E402 - the shapes, their pods and the floo
 JSON = {"Content-Type": "application/json"}
 
 
-def play(plane: rc.ControlPlane, url: str, pid: int, round_: int, names: list[str], args: argparse.Namespace) -> dict[str, float]:
+class FakePlane:
+    """The tests' fake API server where ``play`` expects a control plane: kpe's kubeconfig, pods
+    created and bound through its state (what a client's POST does), no processes of its own."""
+
+    def __init__(self, api: Any, workdir: Path) -> None:
+        self.api = api
+        self.kpe_kubeconfig = Path(api.write_kubeconfig(workdir / "kubeconfig"))
+        self.processes: list[Any] = []
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = self.api.state.add_pod(body)
+        return created
+
+    def bind(self, namespace: str, name: str, node: str) -> None:
+        self.api.state.bind(namespace, name, node)
+
+    def delete_pods(self) -> None:
+        for pod in self.api.state.objects("pods"):
+            self.api.state.delete("pods", pod["metadata"]["name"], pod["metadata"]["namespace"], grace_seconds=0)
+
+
+def play(plane: Any, url: str, pid: int, round_: int, names: list[str], args: argparse.Namespace) -> dict[str, float]:
     """``args.warm`` pods unmeasured (the classes' first windows), then ``args.pods`` measured."""
-    api = httpx.Client(base_url=plane.url, headers={"Authorization": f"Bearer {rc.ADMIN_TOKEN}"}, verify=False, timeout=30)
+    fake = isinstance(plane, FakePlane)
+    api = None if fake else httpx.Client(base_url=plane.url, headers={"Authorization": f"Bearer {rc.ADMIN_TOKEN}"}, verify=False, timeout=30)
     extender = httpx.Client(timeout=30)
     offset, waited = 0, {"filter": 0.0, "prioritize": 0.0}
     before: dict[str, tuple[int, float]] = {}
@@ -51,9 +80,12 @@ def play(plane: rc.ControlPlane, url: str, pid: int, round_: int, names: list[st
             before["extender"] = (pid, rc.cpu_seconds(pid))
         body = sb.pod(i, round_, shape=args.shape)
         namespace = body["metadata"]["namespace"]
-        created = api.post(f"/api/v1/namespaces/{namespace}/pods", content=orjson.dumps(body), headers=JSON)
-        created.raise_for_status()
-        pod = created.json()
+        if api is None:
+            pod = plane.create(body)
+        else:
+            created = api.post(f"/api/v1/namespaces/{namespace}/pods", content=orjson.dumps(body), headers=JSON)
+            created.raise_for_status()
+            pod = created.json()
         window = [names[(offset + k) % len(names)] for k in range(min(args.window, len(names)))]
         offset = (offset + len(window)) % len(names)
         t0 = time.perf_counter()
@@ -69,7 +101,9 @@ def play(plane: rc.ControlPlane, url: str, pid: int, round_: int, names: list[st
             waited["prioritize"] += t2 - t1
         ranked = scored.json()
         best = max(ranked, key=lambda h: h["Score"])["Host"] if ranked else (passed[0] if passed else None)
-        if best is not None:
+        if best is not None and api is None:
+            plane.bind(namespace, pod["metadata"]["name"], best)
+        elif best is not None and api is not None:
             binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod["metadata"]["name"]},
                        "target": {"apiVersion": "v1", "kind": "Node", "name": best}}
             api.post(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/binding", content=orjson.dumps(binding), headers=JSON).raise_for_status()
@@ -90,19 +124,32 @@ def main() -> int:
     ap.add_argument("--no-floor", dest="floor", action="store_false", help="kpe (and --also-source) only")
     ap.add_argument("--also-source", action="append", default=[], metavar="DIR", help="the kpe of another source tree too (git archive COMMIT)")
     ap.add_argument("--profile", type=Path, help="a directory: each kpe runs under cProfile and writes kpe-ROUND.prof there")
+    ap.add_argument("--fake-api", action="store_true", help="over the tests' fake API server instead of a real control plane (no binaries)")
     args = ap.parse_args()
-    rc.skip_without_binaries()
+    if not args.fake_api:
+        rc.skip_without_binaries()
     setups: list[tuple[str, Path | None]] = [("kpe", None)] + [(f"kpe ({Path(d).name})", Path(d).resolve()) for d in args.also_source]
     if args.floor:
         setups.insert(0, ("floor", None))
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     rows: dict[str, list[dict[str, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="kpe-replay-bench-") as tmp, rc.control_plane(Path(tmp)) as plane:
+    with tempfile.TemporaryDirectory(prefix="kpe-replay-bench-") as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
-        for namespace in sb.namespaces(args.shape):
-            plane.api.namespace(namespace)
-        names, _ = rc.create_nodes(plane, args.nodes, shape=args.shape)
+        plane: Any
+        if args.fake_api:
+            from tests.fakeapi import FakeApiServer  # the tests' fake API server: kpe's own cache is real
+
+            plane = FakePlane(stack.enter_context(FakeApiServer(bookmark_interval=5.0)), workdir)
+            objects = [rc.node_object(i, shape=args.shape) for i in range(args.nodes)]
+            for node, status in objects:
+                plane.api.state.add_node({**node, **status})
+            names = [node["metadata"]["name"] for node, _ in objects]
+        else:
+            plane = stack.enter_context(rc.control_plane(workdir))
+            for namespace in sb.namespaces(args.shape):
+                plane.api.namespace(namespace)
+            names, _ = rc.create_nodes(plane, args.nodes, shape=args.shape)
         round_ = 0
         for _ in range(args.rounds):
             for label, source in setups:
@@ -122,10 +169,14 @@ def main() -> int:
                         kpe.stop()
                 rows.setdefault(label, []).append(row)
                 print(f"  round {round_} {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
+                if isinstance(plane, FakePlane):
+                    plane.delete_pods()
+                    continue
                 for namespace in sb.namespaces(args.shape):
                     rc.delete_pods(plane, namespace)
+        server = "the tests' fake API server" if isinstance(plane, FakePlane) else f"a real kube-apiserver ({plane.binaries.version})"
     print()
-    print(f"kube-scheduler's calls replayed over a real kube-apiserver ({plane.binaries.version}), {args.nodes} nodes ({args.shape} shape), "
+    print(f"kube-scheduler's calls replayed over {server}, {args.nodes} nodes ({args.shape} shape), "
           f"windows of {args.window} names, {args.pods} pods measured per round after {args.warm}; CPU ms per measured pod (from /proc/PID/stat)")
     print()
     columns = list(next(iter(rows.values()))[0])

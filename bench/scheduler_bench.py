@@ -48,7 +48,11 @@ Shapes (``--shape``): ``default`` as above, pods of four Deployments in one
 namespace; ``tainted-gpu``, a quarter of the nodes GPU nodes tainted
 ``nvidia.com/gpu`` (kube-scheduler filters them out before kpe) and every pod
 alike; ``many-teams``, the default nodes and pods of 30 small team namespaces,
-two Deployments each, created interleaved (60 equivalence classes in flight).
+two Deployments each, created interleaved (60 equivalence classes in flight);
+``heterogeneous``, nodes and pods generated from a seed as a real cluster's
+differ (``heterogeneous.py``: 34 namespaces, about 110 apps, requests drawn per
+pod, spread, zone preferences, selectors, tainted GPU and arm64 pools, dedicated
+nodes): about half of 1,000 pods are alike in nothing.
 Beside each setup's pods/s the table shows its extender's CPU per scheduled pod
 (kpe's or the floor's, from /proc/PID/stat).
 
@@ -76,6 +80,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import heterogeneous  # noqa: E402
 import realcluster as rc  # noqa: E402
 import reload_round  # noqa: E402
 from server_bench import FLOOR_APP  # noqa: E402 - the same do-nothing extender: Starlette, uvicorn, orjson
@@ -211,10 +216,14 @@ def templates(shape: str) -> list[tuple[str, str, dict[str, str]]]:
 
 
 def namespaces(shape: str) -> list[str]:
+    if shape == "heterogeneous":
+        return heterogeneous.namespaces()
     return sorted({ns for ns, _, _ in templates(shape)})
 
 
 def pod(i: int, round_: int, *, scheduler_name: str = "", shape: str = "default") -> dict[str, Any]:
+    if shape == "heterogeneous":  # no templates: every pod drawn from the seed (heterogeneous.py)
+        return heterogeneous.pod(i, round_, scheduler_name=scheduler_name)
     shaped = templates(shape)
     t = i % len(shaped)
     namespace, app, extra = shaped[t]
@@ -393,7 +402,7 @@ def main() -> int:
     ap.add_argument("--shape", default="default", choices=rc.SHAPES,
                     help="the cluster: default (four Deployments in one namespace on varied nodes), tainted-gpu (a quarter of the "
                          "nodes tainted GPU nodes, every pod alike), many-teams (%d small team namespaces of two Deployments each: "
-                         "many classes)" % TEAM_COUNT)
+                         "many classes), heterogeneous (generated from a seed: heterogeneous.py)" % TEAM_COUNT)
     ap.add_argument("--reload-round", action="store_true",
                     help="after the pairs (--pairs 0: instead of them), a round of kpe alone with node names: steady state, then "
                          "the first round after a policy reload and after a kpe restart, filter and prioritize p50 and p99 from "
