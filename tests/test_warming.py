@@ -47,7 +47,7 @@ class Calls:
         self.calls: list[tuple[str, str, list[str]]] = []
         self.first = first or {}
 
-    def __call__(self, policy_set: PolicySet, pod: Any, names: list[str], scores: bool) -> bool:
+    def __call__(self, policy_set: PolicySet, pod: Any, names: list[str], scores: bool, budget: float | None = None) -> bool:
         self.calls.append((policy_set.generation, pod["metadata"]["name"] + (" scores" if scores else ""), names))
         return self.first.get(pod["metadata"]["name"], True)
 
@@ -202,7 +202,7 @@ def test_at_start_up_the_waiting_pods_classes_come_first_then_the_newest_workloa
     warming = Warming(chunk=5, first_chunk=5, step_s=100, clock=Ticks())
     seen: list[Any] = []
 
-    def evaluate(policy_set: PolicySet, pod_: Any, names: list[str], scores: bool) -> bool:
+    def evaluate(policy_set: PolicySet, pod_: Any, names: list[str], scores: bool, budget: float | None = None) -> bool:
         seen.append((pod_["metadata"]["name"] + (" scores" if scores else ""), pod_["spec"].get("nodeName"), pod_.get("status")))
         return True
 
@@ -261,7 +261,7 @@ def test_a_filled_class_answers_a_window_it_was_never_asked_about_from_memory_an
     memo = EquivalenceCache()
     names = [n["metadata"]["name"] for n in nodes]
 
-    def evaluate(policy_set: PolicySet, pod: Any, chunk: list[str], scores: bool) -> bool:
+    def evaluate(policy_set: PolicySet, pod: Any, chunk: list[str], scores: bool, budget: float | None = None) -> bool:
         return filter_nodes(policy_set, pod, NodesByName(chunk, states), node_info=info, memo=memo).first_of_class
 
     first = filter_nodes(policies, POD, NodesByName(names[:10], states), node_info=info, memo=memo)
@@ -278,7 +278,7 @@ def test_a_filled_class_answers_a_window_it_was_never_asked_about_from_memory_an
     edited = load_text(COSTED + "---\n" + OTHER.replace("keeps off r2", "keeps off rack r2"))
     warming.reloaded(edited, names)
     calls: list[list[str]] = []
-    warming.step(edited, lambda p, q, chunk, scores: calls.append(chunk) or evaluate(p, q, chunk, scores))
+    warming.step(edited, lambda p, q, chunk, scores, budget: calls.append(chunk) or evaluate(p, q, chunk, scores))
     assert calls == [names[:8]] and not warming
 
 

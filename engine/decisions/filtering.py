@@ -166,7 +166,7 @@ def judge(scope: PolicyScope, rule: FilterRule, node: Any, info: Any, cache: dic
         return rejected, f"{label}: evaluation error: {error}", effect
     if value is True:
         return False, "", "kept"
-    return True, f"{label}: {_message(scope, rule, node, info, cache)}", "rejected"
+    return True, f"{label}: {rule_message(scope, rule, node, info, cache)}", "rejected"
 
 
 def evaluate_rule(scope: PolicyScope, rule: FilterRule, arity: int, fn: Any, bind_error: BaseException | None, node: Any, info: Any, cache: dict[str, Any]) -> tuple[Any, str | None]:
@@ -297,7 +297,8 @@ def _explained(result: FilterResult, plan: Plan, counts: list[int], nodes: Seque
         result.explanation.append(NodeVerdict(name, verdict or "pass", reason, outcomes))
 
 
-def _message(scope: PolicyScope, rule: FilterRule, node: Any, info: Any, cache: dict[str, Any]) -> str:
+def rule_message(scope: PolicyScope, rule: FilterRule, node: Any, info: Any, cache: dict[str, Any]) -> str:
+    """What a rule that rejected a node says: its messageExpression's text, else its message."""
     if rule.message_expression is None:
         return rule.message
     try:

@@ -354,19 +354,15 @@ def score_nodes(
 Planned = tuple[PolicyScope, ScoreRule, int, Any, BaseException | None]
 
 
-def score_node(plan: list[Planned], counts: list[int], node: Any, info: Any, name: str, *, explain: bool, groups: list[int], policies: int,
-               skip: frozenset[int] = frozenset()) -> NodeScore:
+def score_node(plan: list[Planned], counts: list[int], node: Any, info: Any, name: str, *, explain: bool, groups: list[int], policies: int) -> NodeScore:
     """Evaluate the rules on one node: its raw score per scoring policy (``NodeScore.raw``;
-    ``score`` is left 0, the request's ``normalise`` gives it). The rules at the positions in
-    ``skip`` are not evaluated (their policies' raw scores are known to the caller)."""
+    ``score`` is left 0, the request's ``normalise`` gives it)."""
     cache: dict[str, Any] = {}
     weighted: list[list[tuple[int, float]]] = [[] for _ in range(policies)]
     errors: list[RuleEvent] = []
     contributions: list[Contribution] = []
     outcomes: list[Outcome] = []
     for i, (scope, rule, arity, fn, bind_error) in enumerate(plan):
-        if skip and i in skip:
-            continue
         counts[i] += 1
         error: str | None = None
         raw: Any = None

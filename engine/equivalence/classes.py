@@ -1,38 +1,35 @@
-"""Equivalence classes: pods the policies cannot tell apart get the same answer
-on the same node, so per-node results are kept and reused.
+"""Equivalence classes: pods one policy cannot tell apart get the same answer from
+its rules on the same node, so per-node results are kept per policy and reused.
 
-kube-scheduler places the replicas of a Deployment or Job one after another,
-and each asks kpe about every node again. Two pods are *equivalent* for a
-request when the same policies match them and every pod field their filter,
-score, variable and message expressions read is equal (``pod.metadata.name``
-counts only if a policy reads it). For one class, kpe keeps each node's result
-together with the node object and ``nodeInfo`` object it was computed from; the
-cluster cache replaces those objects whenever they change, so an identity check
-tells a current result from a stale one without hashing anything.
+kube-scheduler places the pods of a cluster one after another, and each asks kpe about every
+node again. The pods of a real cluster differ (teams, apps, request sizes, selectors), so
+hardly two pending pods agree on everything every policy reads; but each policy reads only a
+few of their fields. Two pods are *equivalent for a policy* when its content is the same
+(``PolicyReads.digest``) and every pod field its filter, score, variable and message
+expressions read is equal (``pod.metadata.name`` counts only if it reads it), as are what it
+reads of the pod's namespace and the DRA objects when it reads them. A request's answer is put
+together from the classes of each of its policies (``engine.equivalence.filtering``,
+``engine.equivalence.scoring``): a new combination of team, app and requests reuses every
+policy's results that do not depend on what changed. For one policy's class, kpe keeps each
+node's result together with the node object and ``nodeInfo`` object it was computed from (or by
+node name, forgotten as the cluster cache's change log names the node); the cluster cache
+replaces those objects whenever they change, so an identity check tells a current result from
+a stale one without hashing anything.
 
-Rules that read ``now`` run on every request (the filter replays the
-remembered rules around them in the same order, so the verdict and reason
-are exactly those of a full evaluation), except on nodes where the operands
-of a top-level ``||`` that do not read ``now`` already hold. The rules
-themselves are bound once per class. Results are kept for at most ``classes``
-classes, fewer when together they would remember more than ``results`` node
-results (least recently used go first), keyed by the content of the policies
-that match the class (``PolicyReads.digest``) rather than by the set's
-generation: a reload that changes one policy leaves every class that policy
-does not match with its results, so a GitOps change to one team's policy is
-not a cold start for every other pod in the cluster. A new class starts from
-the kept class that shares the most policies with it, by each policy's content
-and what it reads of the pod (its *donor*): the class its pods were in before
-a reload changed one of their policies, or that of another Deployment that
-differs only in a label one policy reads. The shared policies decide each node
-as they did there, so only the other policies' rules are evaluated
-(``engine.equivalence.filtering``).
+Rules that read ``now`` run on every request (the filter replays the remembered rules around
+them in the same order, so the verdict and reason are exactly those of a full evaluation),
+except on nodes where the operands of a top-level ``||`` that do not read ``now`` already hold.
+The rules themselves are bound once per class. Results are kept for at most ``classes``
+classes of each policy per verb, fewer when together they would remember more than ``results`` node results
+(least recently used go first), keyed by the policy's content rather than by the set's
+generation: a reload that changes one policy leaves every other policy's classes with their
+results, so a GitOps change to one team's policy is not a cold start for every other pod in
+the cluster.
 """
 
 from __future__ import annotations
 
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,12 +44,18 @@ if TYPE_CHECKING:
 
 
 
-class EquivalenceCache:
-    """Per-node results for the most recently used pod classes, whatever generation their
-    policies came from: a class is keyed by its policies' content, so one that a reload left
-    alone keeps its results, and one whose policies changed is another class."""
+# Classes kept of one policy for one verb by default: a cluster of 30 teams and 100 apps has about
+# as many classes of a policy that reads the team or the app as it has teams or apps; the budget
+# of node results (``RESULTS_KEPT``) bounds them all together.
+CLASSES = 64
 
-    def __init__(self, *, classes: int = 64, results: int | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+
+class EquivalenceCache:
+    """Per-node results for the most recently used classes of pods for one policy, whatever
+    generation the policy came from: a class is keyed by its policy's content, so one that a
+    reload left alone keeps its results, and one whose policy changed is another class."""
+
+    def __init__(self, *, classes: int = CLASSES, results: int | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.classes = classes
         # Beyond what ``classes`` allows, tables go while all of them together remember more node
         # results than this: many classes on a small cluster, few on a large one.
@@ -60,23 +63,52 @@ class EquivalenceCache:
         self.clock = clock  # what the classes measure their evaluations with
         self._generation = ""
         self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
+        # The keys of ``_tables`` by verb and policy (their digests), least recently used first.
+        self._groups: dict[tuple[Any, ...], OrderedDict[tuple[Any, ...], None]] = {}
         self._reads: dict[str, PolicyReads] = {}
         # By the class's policies' digests: what their expressions read of the pod and its namespace.
-        self._paths: dict[tuple[bytes, ...], tuple[Path, ...]] = {}
-        self._namespace_paths: dict[tuple[bytes, ...], tuple[Path, ...]] = {}
+        self._paths: dict[tuple[str, tuple[bytes, ...]], tuple[Path, ...]] = {}
+        self._namespace_paths: dict[tuple[str, tuple[bytes, ...]], tuple[Path, ...]] = {}
         # (policy name, pod fingerprint) -> (the policy's digest, its match outcome); the digest
         # tells a changed policy of the same name from one a reload left as it was.
         self._matches: dict[tuple[str, bytes], tuple[bytes, Outcome]] = {}
         # Outcomes of matches that read dra, all under ``_matches_dra`` (the DRA objects they were worked out with).
         self._dra_matches: dict[tuple[str, bytes], tuple[bytes, Outcome]] = {}
         self._matches_dra: Any = None
+        # A prioritize answer's entry prefix per node name (``prefixes``), of the one encoder met.
+        self._encoder: Any = None
+        self._prefixes: dict[str, bytes] = {}
 
     def __len__(self) -> int:
         return len(self._tables)
 
+    def tables(self, *, generation: str, verb: str, scopes: Sequence[PolicyScope], pod: Mapping[str, Any]) -> list[ClassMemo] | None:
+        """The remembered results of ``pod``'s class for ``verb`` of each of ``scopes``' policies,
+        in their order; None when the pod's fields cannot be fingerprinted for one of them (the
+        caller then evaluates everything)."""
+        found: list[ClassMemo] = []
+        created = False
+        for scope in scopes:
+            before = len(self._tables)
+            table = self._table(generation, verb, (scope,), pod)
+            if table is None:
+                return None
+            created = created or len(self._tables) != before
+            found.append(table)
+        if created:
+            self._within_budget(found)
+        return found
+
     def table(self, *, generation: str, verb: str, scopes: Sequence[PolicyScope], pod: Mapping[str, Any]) -> ClassMemo | None:
-        """The remembered results of ``pod``'s class for ``verb``, or None when the
-        pod's fields cannot be fingerprinted (the caller then evaluates everything)."""
+        """The remembered results for ``verb`` of ``pod``'s class for ``scopes``' policies
+        together (``tables``: one policy each), or None when the pod's fields cannot be
+        fingerprinted (the caller then evaluates everything)."""
+        table = self._table(generation, verb, scopes, pod)
+        if table is not None:
+            self._within_budget([table])
+        return table
+
+    def _table(self, generation: str, verb: str, scopes: Sequence[PolicyScope], pod: Mapping[str, Any]) -> ClassMemo | None:
         if self.classes <= 0:
             return None
         if generation != self._generation:
@@ -88,74 +120,56 @@ class EquivalenceCache:
                 self._paths.clear()
                 self._namespace_paths.clear()
         digests = tuple(self.reads(s.policy).digest for s in scopes)
-        paths = self._paths.get(digests)
+        read_by = (verb, digests)
+        paths = self._paths.get(read_by)
         if paths is None:
             read: set[Path] = set()
             for scope in scopes:
-                read |= self.reads(scope.policy).pod_paths
-            paths = self._paths[digests] = tuple(sorted(read))
-            self._namespace_paths[digests] = tuple(sorted({p for scope in scopes for p in self.reads(scope.policy).namespace_paths}))
+                read |= self.reads(scope.policy).paths(verb)[0]
+            paths = self._paths[read_by] = tuple(sorted(read))
+            self._namespace_paths[read_by] = tuple(sorted({p for scope in scopes for p in self.reads(scope.policy).paths(verb)[1]}))
         fixed: Mapping[str, Any] = scopes[0].fixed if scopes else {}
         dra = fixed.get("dra") if any(self.reads(s.policy).reads_dra for s in scopes) else None
-        fingerprint = self._fingerprint(digests, pod, fixed, dra)
+        fingerprint = inputs_print(pod, paths, self._namespace_paths[read_by], fixed, dra)
         if fingerprint is None:
             return None
         key = (verb, digests, fingerprint)
         table = self._tables.get(key)
+        group = self._groups.get(key[:2])
+        if group is None:
+            group = self._groups[key[:2]] = OrderedDict()
         if table is None:
             blind = not any(self.reads(s.policy).reads_node_info(verb) for s in scopes)
             table = ClassMemo(info_blind=blind, clock=self.clock)
-            table.prints = self._prints(scopes, pod, fixed)
-            self._donor(table, verb)
             self._tables[key] = table
+            group[key] = None
             table.pinned = dra
-            while len(self._tables) > 2 * self.classes:  # a filter and a score table per class
-                self._tables.popitem(last=False)
-            # Counted when a class comes (not per request): a table grows after that, by the
-            # window of each request, so the budget can be overrun by what the kept ones learn
-            # until the next class comes.
-            remembered = sum(map(_remembered, self._tables.values()))
-            while remembered > self.results and len(self._tables) > 2:
-                _, gone = self._tables.popitem(last=False)
-                remembered -= _remembered(gone)
+            while len(group) > self.classes:  # at most ``classes`` classes of one policy for one verb
+                oldest, _ = group.popitem(last=False)
+                del self._tables[oldest]
         else:
             self._tables.move_to_end(key)
+            group.move_to_end(key)
         return table
 
-    def _fingerprint(self, digests: tuple[bytes, ...], pod: Mapping[str, Any], fixed: Mapping[str, Any], dra: Any) -> bytes | None:
-        """The class key's fingerprint of ``pod`` for the policies of ``digests`` (their reads known)."""
-        return inputs_print(pod, self._paths[digests], self._namespace_paths[digests], fixed, dra)
-
-    def _prints(self, scopes: Sequence[PolicyScope], pod: Mapping[str, Any], fixed: Mapping[str, Any]) -> dict[str, bytes]:
-        """Per policy: its digest and what it reads of ``pod``, the namespace and the DRA objects.
-        Two classes with a policy's same print have the same values for every input of its rules
-        but the node, ``nodeInfo`` and the per-request ones (``now``, ``counts``)."""
-        prints: dict[str, bytes] = {}
-        for scope in scopes:
-            reads = self.reads(scope.policy)
-            seen = inputs_print(pod, sorted(reads.pod_paths), sorted(reads.namespace_paths), fixed, fixed.get("dra") if reads.reads_dra else None)
-            if seen is not None:
-                prints[scope.policy.name] = reads.digest + seen
-        return prints
-
-    def _donor(self, table: ClassMemo, verb: str) -> None:
-        """Give a new class the kept class of the same verb that shares the most policies' prints
-        with it, if any does: the class its pods were before a reload changed one of their
-        policies, or the class of another Deployment that differs in what one policy reads. The
-        shared policies decide each node as they did there, so the new class need only evaluate
-        the others (a GitOps change to a policy every pod matches is otherwise a cold start of
-        every class, and a class that differs in one label a cold start of every policy)."""
-        mine = table.prints.items()
-        best, most = None, (0, 0)
-        for (kind, _, _), other in self._tables.items():
-            if kind != verb or other.bound is None:
-                continue
-            score = (len(mine & other.prints.items()), _remembered(other))
-            if score[0] and score > most:
-                best, most = other, score
-        if best is not None:
-            table.donor = weakref.ref(best)
-            table.shared_policies = frozenset(name for name, _ in mine & best.prints.items())
+    def _within_budget(self, using: list[ClassMemo]) -> None:
+        """Forget the least recently used classes while all of them together remember more than
+        ``results`` node results, except those of the request at hand (``using``). Counted when
+        a class comes (not per request): a table grows after that, by the window of each
+        request, so the budget can be overrun by what the kept ones learn until the next comes."""
+        remembered = sum(map(_remembered, self._tables.values()))
+        if remembered <= self.results:
+            return
+        keep = set(map(id, using))
+        for key in [key for key, table in self._tables.items() if id(table) not in keep]:
+            if remembered <= self.results:
+                break
+            gone = self._tables.pop(key)
+            group = self._groups[key[:2]]
+            del group[key]
+            if not group:  # a policy a reload dropped or changed leaves no group behind
+                del self._groups[key[:2]]
+            remembered -= _remembered(gone)
 
     def match(self, policy: Policy, pod: Mapping[str, Any], evaluate: Callable[[], Outcome], fixed: Mapping[str, Any] | None = None) -> Outcome:
         """The outcome of ``policy``'s match expression for ``pod``: remembered for pods that
@@ -191,6 +205,21 @@ class EquivalenceCache:
                 matches.clear()
             found = matches[key] = (reads.digest, evaluate())
         return found[1]
+
+    def prefixes(self, encoder: Any, names: Sequence[str]) -> list[bytes]:
+        """``encoder.prefix(name)`` of each name, remembered: a node's prefix depends on its name
+        alone, and an answer's hundreds of entries are then looked up in C."""
+        if encoder is not self._encoder:
+            self._encoder, self._prefixes = encoder, {}
+        kept = self._prefixes
+        found = list(map(kept.get, names))
+        if None in found:
+            if len(kept) + len(names) > PREFIXES_KEPT:
+                kept.clear()
+            for i, name in enumerate(names):
+                if found[i] is None:
+                    found[i] = kept[name] = encoder.prefix(name)
+        return found  # type: ignore[return-value]  # no None left
 
     def reads(self, policy: Policy) -> PolicyReads:
         found = self._reads.get(policy.name)
@@ -238,4 +267,5 @@ def _remembered(table: ClassMemo) -> int:
 RESULTS_KEPT = 2 * 16 * 5000
 
 MATCHES_KEPT = 4096  # remembered match outcomes, all forgotten at once past this
-PATHS_KEPT = 1024  # combinations of policies whose reads are kept, all forgotten at once past this
+PATHS_KEPT = 1024
+PREFIXES_KEPT = 65536  # node names whose answer prefixes are kept, all forgotten at once past this  # combinations of policies whose reads are kept, all forgotten at once past this

@@ -32,7 +32,8 @@ from engine.decisions.filtering import (
     judge,
 )
 from engine.equivalence.classes import EquivalenceCache
-from engine.equivalence.memo import ClassMemo, Offload, Snapshot, TrackedNodeInfo
+from engine.equivalence.memo import ClassMemo, Offload, Snapshot, TrackedNodeInfo, afford_all
+from engine.equivalence.merging import merge, reword
 from engine.equivalence.reads import PolicyReads
 from engine.policy.model import FilterRule, PolicySet
 
@@ -69,20 +70,26 @@ def filter_nodes(
     request = FilterRequest.of(policy_set, pod, now=now, explain=explain, match_memo=memo.match if memo is not None else None, counts=counts,
                                namespaces=namespaces, dra=dra)
     result, scopes, ordered = request.result, request.scopes, request.ordered
-    table = None if explain or memo is None else memo.table(generation=policy_set.generation, verb="filter", scopes=scopes, pod=pod)
-    if isinstance(nodes, NodesByName) and (table is None or not isinstance(node_info, TrackedNodeInfo)):
+    # One class per policy with filter rules: its results serve every pod that agrees on what it reads.
+    deciding = [scope for scope in scopes if scope.policy.filters]
+    tables = None if explain or memo is None else memo.tables(generation=policy_set.generation, verb="filter", scopes=deciding, pod=pod)
+    if isinstance(nodes, NodesByName) and (tables is None or not tables or not isinstance(node_info, TrackedNodeInfo)):
         names = nodes.names
         nodes, result.unknown = nodes.resolve()
         names = None if result.unknown else names
-    if inline_s is not None and table is None and ordered and len(nodes):
+    if inline_s is not None and tables is None and ordered and len(nodes):
         raise Offload(len(nodes), None)  # nothing remembered, nothing measured
-    if table is None or memo is None:
+    if tables is None or memo is None:
         assert not isinstance(nodes, NodesByName)
         return request.evaluate(nodes, node_info, deadline)
+    if not tables:  # no policy filters the pod: every node it knows passes
+        assert not isinstance(nodes, NodesByName)
+        result.passed = list(names) if names is not None else node_names(nodes)
+        return request.finish()
     try:
-        _memoized(result, ordered, request.counts, nodes, node_info, table, lambda scope: memo.reads(scope.policy), deadline, names, inline_s)
+        _by_policy(result, request, deciding, tables, nodes, node_info, lambda scope: memo.reads(scope.policy), deadline, names, inline_s)
     except Overdue:
-        # What was computed is remembered for the next request of this class; this one
+        # What was computed is remembered for the next request of these classes; this one
         # answers every node as overdue rather than assemble a partial view.
         assert deadline is not None
         result.passed.clear()
@@ -90,9 +97,52 @@ def filter_nodes(
         result.unresolvable.clear()
         answer_overdue(result, scopes, nodes.names if isinstance(nodes, NodesByName) else node_names(nodes), deadline)
         result.rejections = count_rules(result.failed.values(), result.unresolvable.values())
-    # Past any Offload: a request sent to the worker thread claims its class there.
-    result.first_of_class = table.claim()
+    # Past any Offload: a request sent to the worker thread claims its classes there.
+    result.first_of_class = any([table.claim() for table in tables])
     return request.finish()
+
+
+def _by_policy(
+    result: FilterResult,
+    request: FilterRequest,
+    deciding: list[PolicyScope],
+    tables: list[ClassMemo],
+    nodes: Sequence[Mapping[str, Any]] | NodesByName,
+    node_info: Mapping[str, Any] | None,
+    reads: Callable[[PolicyScope], PolicyReads],
+    deadline: Deadline | None,
+    names: list[str] | None,
+    inline_s: float | None,
+) -> None:
+    """Each policy's verdicts from its own class (``_memoized``), put together as one evaluation
+    of every rule in ``request.ordered`` would give them. A policy evaluated alone runs its
+    Enforce rules up to its own first rejection, which is never before the request's first
+    (the least of the policies' firsts), so every rule that a full evaluation runs before its
+    first rejection ran here too: a node's reason is its policies' rejection that comes first
+    in the request's order, and an error of a rule past it (which the full evaluation never
+    ran) is left out (``engine.equivalence.merging``)."""
+    ordered = request.ordered
+    if len(tables) == 1:  # the rules of one policy, in the request's order: its verdicts are the answer
+        found, passing = _memoized(result, ordered, request.counts, nodes, node_info, tables[0], reads, deadline, names, inline_s)
+        if reads(deciding[0]).worded_apart:
+            reword(result, deciding[0], nodes, node_info, found)
+        result.passed.extend(compress(found, passing))
+        return
+    afford_all(tables, nodes, node_info, NO_NODE_INFO, names, inline_s)  # the request as a whole, before any class computes
+    inline_s = None
+    parts: list[tuple[FilterResult, list[str], bytearray | bytes]] = []
+    for scope, table in zip(deciding, tables):
+        positions = [i for i, (s, _) in enumerate(ordered) if s is scope]
+        part = FilterResult(generation=result.generation)
+        counts = [0] * len(positions)
+        found, passing = _memoized(part, [ordered[i] for i in positions], counts, nodes, node_info, table, reads, deadline, names, inline_s)
+        if reads(scope).worded_apart:
+            reword(part, scope, nodes, node_info, found)
+        for i, n in zip(positions, counts):
+            request.counts[i] += n
+        parts.append((part, found, passing))
+    merge(result, parts, {f"{scope.policy.name}/{rule.name}": i for i, (scope, rule) in enumerate(ordered)},
+           sum(1 for scope, _ in ordered if scope.policy.enforce))
 
 
 NEVER = 1 << 30  # the position of the rejecting rule when no rule rejects
@@ -218,8 +268,9 @@ def _memoized(
     deadline: Deadline | None = None,
     names: list[str] | None = None,
     inline_s: float | None = None,
-) -> None:
-    """The fast path's verdicts from remembered results. Rules that read ``now`` run
+) -> tuple[list[str], bytearray | bytes]:
+    """The fast path's verdicts from remembered results (the nodes' names and whether each
+    passes, one byte each). Rules that read ``now`` run
     per request, in plan order around the remembered ones, so the first rejecting
     rule and the errors counted before it are those a full evaluation finds; a
     rule ``a || b(now)`` whose ``a`` holds for a node is remembered as passing.
@@ -239,15 +290,10 @@ def _memoized(
                     guards[i] = scope.caller(guard)
             memo.bound = (plan, guards)
         plan, guards = memo.bound
-        known = None
-        if memo.earlier is not None:
-            earlier = memo.earlier(name, node, info)
-            if earlier is not None and not earlier.timed:
-                known = _known(memo, ordered, earlier)
         # Equal results without events are one object (``memo.shared``): a window's hundreds of
         # passing nodes then read one result, not hundreds scattered over the heap (each a cache
         # miss, measured as most of FilterView.build's time in the real request stream).
-        remembered = _remember(plan, timed, guards, enforced, counts, node, info, name, known, memo.shared)
+        remembered = _remember(plan, timed, guards, enforced, counts, node, info, name, memo.shared)
         if remembered.events:
             memo.eventful = memo.eventful or bool(remembered.replay)
         return remembered
@@ -290,10 +336,10 @@ def _memoized(
         memo.measured_request(memo.clock() - start)
     elif memo.per_request:
         memo.measured_request(0.0)
-    result.passed.extend(compress(names, passing))
     for i in sorted(view.eventful):
         for audit, event in results[i].final_events:
             (result.audit_rejections if audit else result.errors).append(event)
+    return names, passing
 
 
 def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts: list[int], enforced: int, node: Any, info: Any, name: str) -> tuple[int, bool, str]:
@@ -328,45 +374,6 @@ def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts
     return position, unresolvable_, reason
 
 
-Known = tuple[frozenset[int], int, bool, str, dict[int, list[tuple[bool, RuleEvent]]]]
-"""What a class's donor decided of a node, by the new class's rule positions: the rules
-known not to reject, the rule known to reject (NEVER: none), its unresolvable and reason, and
-the errors and Audit rejections of those rules, by position."""
-
-
-def _known(memo: ClassMemo, ordered: Ordered, earlier: Remembered) -> Known | None:
-    """What ``earlier``, the donor class's result for a node with no rule that reads ``now`` left
-    to run, tells of the rules of the policies the two classes share: its Enforce rules before the
-    one that rejected did not reject (or their guards held), that one rejected with its reason,
-    every Audit rule ran, and each of them had the errors and Audit rejections it lists. The
-    rules after the rejecting one are not known."""
-    carried = memo.carried
-    if carried is None:
-        old = memo.given()
-        if old is None or old.bound is None:
-            return None
-        old_plan = old.bound[0]
-        position_of = {(entry[1].policy.name, entry[2].name): entry[0] for entry in old_plan}
-        old_enforced = sum(1 for entry in old_plan if entry[1].policy.enforce)
-        pairs = [(i, position_of[key]) for i, (scope, rule) in enumerate(ordered)
-                 if scope.policy.name in memo.shared_policies and (key := (scope.policy.name, rule.name)) in position_of]
-        carried = memo.carried = (pairs, old_enforced, {j: i for i, j in pairs}, {})
-    pairs, old_enforced, new_of, by_position = carried
-    found = by_position.get(earlier.position)
-    if found is None:
-        p = earlier.position
-        held = frozenset(i for i, j in pairs if j < p or j >= old_enforced)
-        # A rejecting rule of a policy not shared (NEVER here) is evaluated again, and so is every rule after it.
-        rejecting = next((i for i, j in pairs if j == p), NEVER)
-        found = by_position[p] = (held, rejecting)
-    events: dict[int, list[tuple[bool, RuleEvent]]] = {}
-    for j, audit, event in earlier.events:
-        i = new_of.get(j)
-        if i is not None:  # a policy not shared has its events again when its rules run
-            events.setdefault(i, []).append((audit, event))
-    return found[0], found[1], earlier.unresolvable, earlier.reason, events
-
-
 def _remember(
     plan: list[Entry],
     timed: list[bool],
@@ -376,28 +383,19 @@ def _remember(
     node: Any,
     info: Any,
     name: str,
-    known: Known | None = None,
     plain: dict[Any, Remembered] | None = None,
 ) -> Remembered:
     """Run the rules that do not read ``now`` (Enforce ones up to the first that
-    rejects, Audit ones all) and the guards of those that do, except where ``known``
-    (the donor class's result) already tells how a rule decides this node. A result
+    rejects, Audit ones all) and the guards of those that do. A result
     without events is the one in ``plain`` for its rejection (if any) and the rules that
     read ``now`` left to run: most nodes of a class decide alike, and a result is built only
     once for them."""
     cache: dict[str, Any] = {}
     events: list[tuple[int, bool, RuleEvent]] = []
     position, unresolvable_, reason = NEVER, False, ""
-    held, rejecting, carried = (known[0], known[1], known[4]) if known is not None else (frozenset(), NEVER, {})
     for i, scope, rule, arity, fn, bind_error in plan:
         audit = i >= enforced
         if timed[i] or (not audit and position != NEVER):
-            continue
-        if i in held or i == rejecting:
-            events += [(i, audit_, event) for audit_, event in carried.get(i, ())]
-            if i == rejecting:
-                assert known is not None
-                position, unresolvable_, reason = i, known[2], known[3]
             continue
         counts[i] += 1
         value, error = evaluate_rule(scope, rule, arity, fn, bind_error, node, info, cache)
@@ -414,7 +412,7 @@ def _remember(
     if True in timed:
         for entry in plan:
             i = entry[0]
-            if not timed[i] or (i < enforced and i > position) or i in held:
+            if not timed[i] or (i < enforced and i > position):
                 continue
             guard = guards.get(i)
             if guard is not None:

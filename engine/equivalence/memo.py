@@ -5,15 +5,12 @@ forgotten.
 
 A result is kept with the node and ``nodeInfo`` objects it was computed from, or per node
 name, forgotten as the cluster cache's change log (``TrackedNodeInfo``) names the node; a
-window of nodes is checked in C, and only the stale are computed. A class may have a donor
-(another class that shares some of its policies' prints): the results it has for a node are
-offered to the verb's computation (``ClassMemo.earlier``).
+window of nodes is checked in C, and only the stale are computed.
 """
 
 from __future__ import annotations
 
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,8 +129,8 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "encoder", "unencoded", "info_blind", "cost", "per_request", "clock",
-                 "pinned", "claimed", "prints", "donor", "shared_policies", "earlier", "carried", "__weakref__")
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "info_blind", "prepared", "cost", "per_request", "clock",
+                 "pinned", "claimed")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -146,6 +143,8 @@ class ClassMemo:
         self.by_name: dict[str, Any] = {}
         self.synced: int | None = None
         self.snapshot: Snapshot | None = None
+        # (names, change log version, results by name) of the last ``pending``, for its lookup.
+        self.prepared: tuple[list[str], int, list[Any]] | None = None
         # The verb's rules bound to the class's first pod: every pod of the class
         # gives them the same values (rules that read now are bound per request).
         self.bound: Any = None
@@ -154,10 +153,6 @@ class ClassMemo:
         self.eventful = False
         self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each (without events: by position, unresolvable, reason and rules left to run)
         self.pinned: Any = None  # the dra object of the class key (EquivalenceCache.table)
-        # The score verb's answer-entry encoder whose prefixes the class remembers (the first it
-        # met), and whether a score was remembered without its prefix (before it met one).
-        self.encoder: Any = None
-        self.unencoded = False
         # No rule of the class reads nodeInfo: a node's result outlives changes of its pods, so
         # the bind of a pod (one node's nodeInfo replaced) costs the class no evaluation.
         self.info_blind = info_blind
@@ -172,20 +167,6 @@ class ClassMemo:
         # Whether a request (or the warming after a reload) has filled the class for the first
         # time: whoever does is the one to fill the rest of the cluster (engine.equivalence.warming).
         self.claimed = False
-        # Per policy of the class: its digest and what it reads of the class's pods, their
-        # namespace and the DRA objects (``EquivalenceCache._prints``). Another class with some
-        # of the same prints (the class before a reload changed a policy; a Deployment that
-        # differs in a label one policy reads) decides those policies' rules as this one does.
-        self.prints: dict[str, bytes] = {}
-        # The class this one started from (``EquivalenceCache._donor``) and the policies they
-        # share: a node the donor has a result for is worked out from it, with only the other
-        # policies' rules evaluated. Weak: the donor goes when the cache lets it go.
-        # ``earlier``: during a lookup, the donor's result for a node (name, node, nodeInfo), or
-        # None; ``carried``: what the verb derived from the donor once (the filter's rule positions).
-        self.donor: weakref.ref[ClassMemo] | None = None
-        self.shared_policies: frozenset[str] = frozenset()
-        self.earlier: Callable[[str, Any, Any], Any] | None = None
-        self.carried: Any = None
 
     def claim(self) -> bool:
         """True the first time only: the caller is the class's first to fill it."""
@@ -203,6 +184,22 @@ class ClassMemo:
         estimate = (self.per_request or 0.0) + misses * (self.cost or 0.0)
         if estimate > inline_s:
             raise Offload(misses, estimate)
+
+    def pending(self, nodes: Sequence[Any] | NodesByName, node_info: Mapping[str, Any] | None, missing: Any, names: list[str] | None = None) -> int:
+        """How many of ``nodes`` a lookup would compute now (at most: a name not known counts),
+        computing nothing: for a request answered from several classes, whose evaluation is
+        judged against the caller's budget as a whole before any class computes (``afford_all``)."""
+        if isinstance(nodes, NodesByName):
+            assert isinstance(node_info, TrackedNodeInfo)
+            self.sync(node_info)
+            results = list(map(self.by_name.get, nodes.names))
+            # Kept for the lookup that follows (``lookup_names``), while nothing changes meanwhile.
+            self.prepared = (nodes.names, node_info.version, results)
+            return results.count(None)
+        names = names if names is not None else node_names(nodes)
+        infos = _infos(node_info, names, missing)
+        fresh = map(and_, map(is_, map(self.node_of.get, names), nodes), map(is_, map(self.info_of.get, names), infos))
+        return list(fresh).count(False)
 
     def measured(self, seconds: float, evaluated: int) -> None:
         """``evaluated`` nodes took ``seconds``: an exponentially weighted mean per node, the
@@ -292,7 +289,6 @@ class ClassMemo:
             hits = len(names) - len(todo)
             positions = None
         node_of, info_of, result_of = self.node_of, self.info_of, self.result_of
-        self.earlier = self._earlier_by_object() if todo else None
         computed = 0
         start = self.clock() if todo else 0.0
         try:
@@ -335,35 +331,6 @@ class ClassMemo:
         self.synced = version
         return gone
 
-    def given(self) -> ClassMemo | None:
-        """The donor, while the cache keeps it."""
-        old = self.donor() if self.donor is not None else None
-        if old is None:
-            self.donor = None
-        return old
-
-    def _earlier_by_name(self, changes: TrackedNodeInfo) -> Callable[[str, Any, Any], Any] | None:
-        """The donor's results by name, except those of nodes ``changes`` logged since it last
-        synced (read only: the donor may be answering a request of its own on the other thread)."""
-        old = self.given()
-        if old is None or old.synced is None:
-            return None
-        gone = changes.changed_since(old.synced, nodes_only=old.info_blind)
-        if gone is None:
-            return None
-        found = old.by_name.get
-        if not gone:
-            return lambda name, node, info: found(name)
-        return lambda name, node, info: None if name in gone else found(name)
-
-    def _earlier_by_object(self) -> Callable[[str, Any, Any], Any] | None:
-        """The donor's result for a node while it holds the very node and nodeInfo objects."""
-        old = self.given()
-        if old is None:
-            return None
-        node_of, info_of, result_of = old.node_of, old.info_of, old.result_of
-        return lambda name, node, info: result_of.get(name) if node_of.get(name) is node and info_of.get(name) is info else None
-
     def lookup_nodes(
         self,
         nodes: Sequence[Any] | NodesByName,
@@ -399,10 +366,13 @@ class ClassMemo:
         gone = self.sync(changes)
         by_name = self.by_name
         previous = self.snapshot
-        results = list(map(by_name.get, names))
+        prepared, self.prepared = self.prepared, None
+        if prepared is not None and prepared[0] is names and prepared[1] == changes.version and not gone:
+            results = prepared[2]  # looked up by ``pending`` a moment ago, nothing changed since
+        else:
+            results = list(map(by_name.get, names))
         todo = list(compress(range(len(results)), map(is_, results, repeat(None))))
         self.afford(len(todo), inline_s)
-        self.earlier = self._earlier_by_name(changes) if todo else None
         unknown: list[int] = []
         computed = 0
         start = self.clock() if todo else 0.0
@@ -431,6 +401,22 @@ class ClassMemo:
             changed = []  # the very same answer as last time (a small cluster sends every node, every time)
         self.snapshot = Snapshot(names, [], [], results, states=states)
         return Lookup(names, None, results, hits, changed, previous if changed is not None else None, states, missing)
+
+
+def afford_all(tables: Sequence[ClassMemo], nodes: Sequence[Any] | NodesByName, node_info: Mapping[str, Any] | None, missing: Any,
+               names: list[str] | None, inline_s: float | None) -> None:
+    """``ClassMemo.afford`` for one request answered from several classes (a class per policy):
+    raise ``Offload`` before any of them computes when, together, what they would compute (and
+    what each costs every request) could take longer than ``inline_s``."""
+    if inline_s is None:
+        return
+    misses = [table.pending(nodes, node_info, missing, names) for table in tables]
+    total = sum(misses)
+    if any(n and table.cost is None for n, table in zip(misses, tables)):
+        raise Offload(total, None)
+    estimate = sum((table.per_request or 0.0) + n * (table.cost or 0.0) for n, table in zip(misses, tables))
+    if estimate > inline_s:
+        raise Offload(total, estimate)
 
 
 def _kept(old: float | None, new: float) -> float:

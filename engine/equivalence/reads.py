@@ -48,7 +48,25 @@ class PolicyReads:
             if rule.message_expression is not None:
                 expressions.append(rule.message_expression)
         expressions += [rule.expression for rule in policy.scores]
-        self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root))
+        params = policy.params if isinstance(policy.params, Mapping) else None
+        self.pod_paths: frozenset[Path] = frozenset(p for e in expressions for p in pod_paths(e.root, params))
+        # Per verb, what its rules and every variable read: a score does not read a filter's message,
+        # so the pods of apps whose images differ are one class for scoring (arm64-readiness's
+        # message names the image).
+        # A filter's class leaves out what only its messages read (arm64-readiness's message
+        # names the image): whether a rule holds does not read its message, and the few nodes a
+        # rule with a message expression rejects are worded for each pod anew (``worded_apart``).
+        variables = [v.expression for v in policy.variables]
+        messages = [rule.message_expression for rule in policy.filters if rule.message_expression is not None]
+        self._verb_paths: dict[str, tuple[frozenset[Path], frozenset[Path]]] = {
+            verb: (frozenset(p for e in variables + rules for p in pod_paths(e.root, params)),
+                   frozenset(p for e in variables + rules for p in object_paths(e.root, "namespaceObject")))
+            for verb, rules in (("filter", [rule.expression for rule in policy.filters]), ("score", [rule.expression for rule in policy.scores]))
+        }
+        decided = self._verb_paths["filter"]
+        # Whether the messages read of the pod or its namespace what the filter rules do not.
+        self.worded_apart = any(not decided[0].issuperset(pod_paths(e.root, params)) or not decided[1].issuperset(object_paths(e.root, "namespaceObject"))
+                                for e in messages)
         # What they read of the pod's Namespace: pods of namespaces that differ there are not equivalent.
         self.namespace_paths: frozenset[Path] = frozenset(p for e in expressions for p in object_paths(e.root, "namespaceObject"))
         self.reads_dra = any(DRA in e.program.free_variables for e in expressions)
@@ -67,7 +85,12 @@ class PolicyReads:
         self.match_reads_dra = match is not None and DRA in match.program.free_variables
         if match is not None and not self.timed(match):
             self.match_namespace_paths = tuple(sorted(self.namespace_paths | frozenset(object_paths(match.root, "namespaceObject"))))
-            self.match_paths = tuple(sorted(self.pod_paths | frozenset(pod_paths(match.root))))
+            self.match_paths = tuple(sorted(self.pod_paths | frozenset(pod_paths(match.root, params))))
+
+    def paths(self, verb: str) -> tuple[frozenset[Path], frozenset[Path]]:
+        """What the policy's rules for ``verb`` (filter or score) and its variables read of the pod
+        and of its namespace (any other verb: what every expression reads)."""
+        return self._verb_paths.get(verb, (self.pod_paths, self.namespace_paths))
 
     def reads_node_info(self, verb: str) -> bool:
         """Whether the policy's rules for ``verb`` (filter or score) read ``nodeInfo``,
@@ -137,36 +160,37 @@ def _variables_read(node: ast.Node) -> set[str]:
     return found
 
 
-def pod_paths(root: ast.Node) -> Iterable[Path]:
+def pod_paths(root: ast.Node, params: Mapping[str, Any] | None = None) -> Iterable[Path]:
     """Field paths below ``pod`` that an expression reads: ``pod.spec.?containers``
     gives ``("spec", "containers")``; a use of ``pod`` itself gives ``()``, except as the
     argument of a function that declares what it reads (``READS`` in ``engine.cel.library``):
-    ``kube.podRequests(pod)`` reads ``pod.spec``'s containers, overhead and resources, not the
-    pod's name, so replicas stay one class."""
-    path = _chain(root)
+    ``kube.podRequests(pod)`` reads each container's requests, not the pod's name or its
+    images, so pods of different apps with equal requests read alike. A key that is one of the
+    policy's ``params`` (``pod.metadata.labels[params.podTeamLabel]``) is its value: params are
+    part of the policy's digest, so the key cannot change while the path is in use. An element
+    of a list by a constant index (``pod.spec.containers[0].image``) reads that field of every
+    element: more than the expression reads, never less."""
+    path = _chain(root, "pod", params)
     if path is not None:
         yield path
         return
     declared = _declared_reads(root)
     if declared is not None:
         for arg, paths in declared:
-            head = _chain(arg)
+            head = _chain(arg, "pod", params)
             if head is None or paths is None:
-                yield from pod_paths(arg)
+                yield from pod_paths(arg, params)
                 continue
             for read in paths:
                 steps = tuple(read.split(".")) if isinstance(read, str) else tuple(read)
                 if steps[0] == "status":
                     continue  # read of a bound pod only (kube.podRequests: a resize); the pod placed is not bound
-                # A fingerprint follows maps only, and a declared path may pass through a list
-                # (containers): two steps name a field of the pod's spec or metadata, whole.
-                yield (*head, *steps)[: len(head) + FINGERPRINT_DEPTH]
+                # A declared path may pass through a list (``spec.containers.resources``): the
+                # fingerprint takes that field of each element (``pod_fingerprint``).
+                yield (*head, *steps)
         return
     for child in ast.children(root):
-        yield from pod_paths(child)
-
-
-FINGERPRINT_DEPTH = 2
+        yield from pod_paths(child, params)
 
 
 def _declared_reads(node: ast.Node) -> list[tuple[ast.Node, Any]] | None:
@@ -195,31 +219,55 @@ def object_paths(root: ast.Node, variable: str) -> Iterable[Path]:
         yield from object_paths(child, variable)
 
 
-def _chain(node: ast.Node, variable: str = "pod") -> Path | None:
+def _chain(node: ast.Node, variable: str = "pod", params: Mapping[str, Any] | None = None) -> Path | None:
     match node:
         case ast.Ident(name=found) if found == variable:
             return ()
         case ast.Select(operand=operand, field=name) | ast.Has(operand=operand, field=name):
-            head = _chain(operand, variable)
+            head = _chain(operand, variable, params)
             return None if head is None else (*head, name)
         case ast.Index(operand=operand, index=ast.Literal(value=str() as name)):
-            head = _chain(operand, variable)
+            head = _chain(operand, variable, params)
             return None if head is None else (*head, name)
+        case ast.Index(operand=operand, index=ast.Literal(value=int() as position)) if type(position) is int and variable == "pod":
+            # An element of a list: the fingerprint goes on into every element (``_at``).
+            return _chain(operand, variable, params)
+        case ast.Index(operand=operand, index=ast.Select(operand=ast.Ident(name="params"), field=key)) if (
+            params is not None and isinstance(params.get(key), str)
+        ):
+            head = _chain(operand, variable, params)
+            return None if head is None else (*head, params[key])
     return None
 
 
 def pod_fingerprint(pod: Mapping[str, Any], paths: Sequence[Path]) -> bytes | None:
-    """The values at ``paths`` as canonical JSON (None if they are not plain JSON)."""
+    """The values at ``paths`` as canonical JSON (None if they are not plain JSON). A path that
+    meets a list goes on in each element (``spec.containers.resources``: each container's
+    resources, ``[value]`` where it has them and ``[]`` where not, so that absent and null
+    differ)."""
     values: list[Any] = []
     for i, path in enumerate(paths):
-        value: Any = pod
-        for name in path:
-            if not isinstance(value, Mapping) or name not in value:
-                break
-            value = value[name]
-        else:
+        value = _at(pod, path, 0)
+        if value is not _ABSENT:
             values.append((i, value))
     try:
         return orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
+
+
+_ABSENT: Any = object()
+
+
+def _at(value: Any, path: Path, start: int) -> Any:
+    for k in range(start, len(path)):
+        if isinstance(value, Mapping):
+            name = path[k]
+            if name not in value:
+                return _ABSENT
+            value = value[name]
+        elif type(value) is list and k > 0:
+            return [[] if (found := _at(item, path, k)) is _ABSENT else [found] for item in value]
+        else:
+            return _ABSENT
+    return value

@@ -37,12 +37,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.equivalence.memo import Offload
 from engine.policy.model import PolicySet
 
-Evaluate = Callable[[PolicySet, Mapping[str, Any], list[str], bool], bool]
+Evaluate = Callable[[PolicySet, Mapping[str, Any], list[str], bool, float | None], bool]
 """Evaluates a pod against some node names through the equivalence cache, the filter (``scores``
-False) or the scores of the nodes the filter passes (True); returns whether this call was the first
-to fill its class (``FilterResult.first_of_class``)."""
+False) or the scores of the nodes the filter passes (True), within a budget of seconds (None: no
+limit; over it by the classes' measured costs, ``Offload`` is raised before anything is
+evaluated); returns whether this call was the first to fill one of its classes
+(``FilterResult.first_of_class``)."""
 
 
 @dataclass(slots=True)
@@ -63,10 +66,11 @@ class Job:
 class Warming:
     """Jobs of classes to fill, oldest first, and the first pods of the classes seen last."""
 
-    def __init__(self, *, chunk: int = 32, first_chunk: int = 2, recent: int = 16, jobs: int = 64, windows: int = 64, step_s: float = 0.002,
+    def __init__(self, *, chunk: int = 1024, first_chunk: int = 2, recent: int = 16, jobs: int = 64, windows: int = 64, step_s: float = 0.002,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         # Names per evaluation: a job starts at ``first_chunk`` and doubles while an evaluation takes
-        # under an eighth of a step, up to ``chunk``; halves when one takes longer than a step. A
+        # under half a step, up to ``chunk``; halves when one takes longer than a step, and is cut
+        # to what fits a step when the classes' measured costs say a chunk would not (``Offload``). A
         # slow policy is evaluated a node at a time, so a step overruns its time by one node at most.
         self.chunk = chunk
         self.first_chunk = first_chunk
@@ -181,12 +185,22 @@ class Warming:
                     now = self.clock()  # ordering a large cluster's names takes a moment of the step
             names = list(job.names[job.done:job.done + job.size])
             before = now
-            first = evaluate(job.policy_set, job.pod, names, job.scores)
+            try:
+                # Past its first names, a chunk is evaluated only if the classes' measured costs
+                # say it fits a step: most of a job's nodes are remembered already (a new pod
+                # shares most of its policies' classes with pods before it), so its chunks grow
+                # large, and a chunk of nodes to compute is cut before it overruns the step.
+                first = evaluate(job.policy_set, job.pod, names, job.scores, self.step_s if len(names) > self.first_chunk else None)
+            except Offload as exc:
+                now = self.clock()
+                fits = self.first_chunk if exc.estimate is None else int(len(names) * self.step_s / exc.estimate / 2)
+                job.size = max(self.first_chunk, min(len(names) // 2, fits))
+                continue
             now = self.clock()
             took = now - before
             if took > self.step_s:
                 job.size = max(1, job.size // 2)
-            elif took < self.step_s / 8:
+            elif took < self.step_s / 2:
                 job.size = min(self.chunk, job.size * 2)
             self.evaluated += len(names)
             if job.done == 0 and job.speculative and not job.scores and not first:

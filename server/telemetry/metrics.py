@@ -48,7 +48,7 @@ class Metrics:
             "kpe_audit_would_reject_total", "Audit-mode rules that would have rejected a node, gate or victim", ["policy", "rule", "kind"], registry=r
         )
         self.equivalence = Counter(
-            "kpe_equivalence_cache_nodes_total", "Nodes answered from the equivalence cache (hit) or evaluated (miss), per verb", ["verb", "result"], registry=r
+            "kpe_equivalence_cache_nodes_total", "Each policy's results per node answered from the equivalence cache (hit) or evaluated (miss), per verb", ["verb", "result"], registry=r
         )
         self.warmed = Counter(
             "kpe_equivalence_warmed_nodes_total",

@@ -33,16 +33,16 @@ PAUSE_S = 0.001  # between steps: what waits for the event loop runs first
 IDLE_WAIT_S = 1.0  # without jobs: how often the task looks at the policy set without being woken
 
 
-def evaluate(state: ServerState, policy_set: PolicySet, pod: Mapping[str, Any], names: list[str], scores: bool) -> bool:
+def evaluate(state: ServerState, policy_set: PolicySet, pod: Mapping[str, Any], names: list[str], scores: bool, budget: float | None = None) -> bool:
     """The filter on ``names``, and with ``scores`` the scores of the nodes it passed (what prioritize
     is asked; the filter's results are remembered by then), as the verbs evaluate them, through the
     equivalence cache; whether the filter was its class's first."""
     deadline = Deadline.after(state.settings.request_deadline_s)
     result = filter_nodes(policy_set, pod, state.nodes_by_name(names), node_info=state.node_info(), memo=state.equivalence, deadline=deadline,
-                          counts=state.counts(), namespaces=state.namespaces(), dra=state.dra())
+                          inline_s=budget, counts=state.counts(), namespaces=state.namespaces(), dra=state.dra())
     if scores and result.passed and state.lookahead.worth_working(policy_set, state.equivalence):
         score_nodes(policy_set, pod, state.nodes_by_name(result.passed), node_info=state.node_info(), memo=state.equivalence, deadline=deadline,
-                    encode=host_priority, counts=state.counts(), namespaces=state.namespaces(), dra=state.dra())
+                    inline_s=budget, encode=host_priority, counts=state.counts(), namespaces=state.namespaces(), dra=state.dra())
     return result.first_of_class
 
 
@@ -50,7 +50,7 @@ def step(state: ServerState, warming: Warming) -> None:
     """One step, on the worker thread."""
     before = warming.evaluated
     try:
-        warming.step(state.store.current, lambda policy_set, pod, names, scores: evaluate(state, policy_set, pod, names, scores))
+        warming.step(state.store.current, lambda policy_set, pod, names, scores, budget: evaluate(state, policy_set, pod, names, scores, budget))
     except Exception:
         log.exception("internal error filling an equivalence class ahead of the scheduler")
         warming.clear()
