@@ -73,11 +73,13 @@ def play(plane: Any, url: str, pid: int, round_: int, names: list[str], args: ar
     extender = httpx.Client(timeout=30)
     offset, waited = 0, {"filter": 0.0, "prioritize": 0.0}
     before: dict[str, tuple[int, float]] = {}
+    scraped: dict[tuple[str, str], float] = {}
     for i in range(args.warm + args.pods):
         if i == args.warm:
             time.sleep(1.0)  # the warm-up's filling ahead done
             before = {p.name: (p.popen.pid, rc.cpu_seconds(p.popen.pid)) for p in plane.processes if p.alive()}
             before["extender"] = (pid, rc.cpu_seconds(pid))
+            scraped = samples(url)
         body = sb.pod(i, round_, shape=args.shape)
         namespace = body["metadata"]["namespace"]
         if api is None:
@@ -110,7 +112,37 @@ def play(plane: Any, url: str, pid: int, round_: int, names: list[str], args: ar
     time.sleep(1.0)  # the last binding heard
     out = {who: 1000 * (rc.cpu_seconds(p) - cpu) / args.pods for who, (p, cpu) in before.items()}
     out |= {f"{verb} ms": 1000 * s / args.pods for verb, s in waited.items()}
+    if scraped:  # kpe: what its equivalence cache answered and which policies' rules it evaluated
+        after = samples(url)
+        delta = {key: value - scraped.get(key, 0.0) for key, value in after.items()}
+        for verb in ("filter", "prioritize"):
+            hit, miss = (sum(v for (name, labels), v in delta.items() if name == "kpe_equivalence_cache_nodes_total"
+                             and f'verb="{verb}"' in labels and f'result="{result}"' in labels) for result in ("hit", "miss"))
+            out[f"{verb} hits %"] = 100 * hit / (hit + miss) if hit + miss else 0.0
+        out["warmed nodes/pod"] = sum(v for (name, _), v in delta.items() if name == "kpe_equivalence_warmed_nodes_total") / args.pods
+        for (name, labels), v in sorted(delta.items()):
+            if name == "kpe_rule_evaluations_total" and v:
+                policy = labels.split('policy="', 1)[1].split('"', 1)[0]
+                kind = labels.split('kind="', 1)[1].split('"', 1)[0]
+                out[f"evaluations/pod {policy} {kind}"] = out.get(f"evaluations/pod {policy} {kind}", 0.0) + v / args.pods
     return out
+
+
+def samples(url: str) -> dict[tuple[str, str], float]:
+    """kpe's /metrics as (name, labels) -> value; empty for an extender without them (the floor)."""
+    try:
+        answer = httpx.get(url + "/metrics", timeout=15)
+    except httpx.HTTPError:
+        return {}
+    if answer.status_code != 200:
+        return {}
+    found: dict[tuple[str, str], float] = {}
+    for line in answer.text.splitlines():
+        if line and not line.startswith("#"):
+            sample, _, value = line.rpartition(" ")
+            name, _, labels = sample.partition("{")
+            found[(name, labels)] = float(value)
+    return found
 
 
 def main() -> int:
@@ -168,7 +200,10 @@ def main() -> int:
                     finally:
                         kpe.stop()
                 rows.setdefault(label, []).append(row)
-                print(f"  round {round_} {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
+                print(f"  round {round_} {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items() if not k.startswith("evaluations/")), flush=True)
+                evaluated = {k.split(" ", 1)[1]: v for k, v in row.items() if k.startswith("evaluations/")}
+                if evaluated:
+                    print("    rule evaluations per pod: " + ", ".join(f"{k} {v:.1f}" for k, v in evaluated.items()), flush=True)
                 if isinstance(plane, FakePlane):
                     plane.delete_pods()
                     continue
@@ -179,12 +214,12 @@ def main() -> int:
     print(f"kube-scheduler's calls replayed over {server}, {args.nodes} nodes ({args.shape} shape), "
           f"windows of {args.window} names, {args.pods} pods measured per round after {args.warm}; CPU ms per measured pod (from /proc/PID/stat)")
     print()
-    columns = list(next(iter(rows.values()))[0])
-    print("| setup | extender CPU ms/pod (rounds) | median | " + " | ".join(c for c in columns if c != "extender") + " |")
-    print("| --- | --- | --- | " + " | ".join("---" for c in columns if c != "extender") + " |")
+    columns = list(dict.fromkeys(c for runs in rows.values() for r in runs for c in r if c != "extender" and not c.startswith("evaluations/")))
+    print("| setup | extender CPU ms/pod (rounds) | median | " + " | ".join(columns) + " |")
+    print("| --- | --- | --- | " + " | ".join("---" for _ in columns) + " |")
     for label, runs in rows.items():
         each = ", ".join(f"{r['extender']:.2f}" for r in runs)
-        rest = " | ".join(f"{statistics.median(r[c] for r in runs):.2f}" for c in columns if c != "extender")
+        rest = " | ".join(f"{statistics.median(r[c] for r in runs):.2f}" if all(c in r for r in runs) else "" for c in columns)
         print(f"| {label} | {each} | {statistics.median(r['extender'] for r in runs):.2f} | {rest} |")
     return 0
 
