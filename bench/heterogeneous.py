@@ -10,7 +10,8 @@ namespace, labels, requests, selectors and tolerations, so hardly two pending po
   or with a maintenance window announced;
 - pods: ``TEAMS`` team namespaces of very different sizes (a Zipf-like spread), one to six apps a
   team, four CPU and four memory request sizes drawn per pod around the app's own, a tenth of
-  the apps labelled ``kpe.dev/spread: zone`` (``app-zone-cap``, a ``counts`` rule), a tenth with
+  the apps labelled ``kpe.dev/spread: zone`` (``app-zone-cap``, a ``counts`` rule; such an app
+  is several small Deployments, so every pod fits two of an app a zone), a tenth with
   a ``kpe.dev/zone`` preference (``zone-affinity``), a tenth with a ``nodeSelector`` (a zone, an
   instance type, or arm64 with its toleration), a few percent in the namespaces the shipped
   policies single out (``batch``, ``ml-train``, ``analytics``, ``sandbox``) and a few GPU pods.
@@ -35,6 +36,7 @@ TEAMS = 30
 SPECIAL = ["batch", "ml-train", "analytics", "sandbox"]
 DEDICATED = ["vision", "search", "ads", "ml-training", "payments"]  # the teams that own node pools
 SEED = 42
+SPREAD_PODS = 5  # pods a thousand of each spread Deployment (``workload``)
 
 
 def team_name(k: int) -> str:
@@ -96,6 +98,7 @@ class App:
         self.cpu = rng.randrange(len(CPUS))
         self.memory = rng.randrange(len(MEMORIES))
         self.spread = rng.random() < 0.10
+        self.shards = 1  # spread apps: how many small Deployments (``workload``)
         self.zone = ZONES[rng.randrange(len(ZONES))] if rng.random() < 0.10 else None
         self.multi_arch = rng.random() < 0.15
         self.containers = 1 + (rng.random() < 0.3)
@@ -111,6 +114,8 @@ class App:
                 self.selector = {"kubernetes.io/arch": "arm64"}
                 self.multi_arch = True
         self.version = f"1.{rng.randrange(20)}.{rng.randrange(10)}"
+        if "topology.kubernetes.io/zone" in self.selector:
+            self.spread = False  # two of an app in its one zone: no more pods could run
 
 
 def workload(seed: int = SEED) -> list[tuple[App, float]]:
@@ -129,6 +134,13 @@ def workload(seed: int = SEED) -> list[tuple[App, float]]:
         if namespace == "ml-train":
             app.gpus = 1
         apps.append((app, 0.02))
+    # A Deployment spread across zones is a small one (app-zone-cap allows two of an app a zone):
+    # a spread app of many pods is many small Deployments, each its own app label, of about
+    # SPREAD_PODS pods a thousand.
+    total = sum(w for _, w in apps)
+    for app, weight in apps:
+        if app.spread:
+            app.shards = max(1, round(1000 * weight / total / SPREAD_PODS))
     return apps
 
 
@@ -152,7 +164,8 @@ def pod(i: int, round_: int, *, seed: int = SEED, scheduler_name: str = "") -> d
     apps, weights = _apps(seed)
     rng = random.Random(seed * 1_000_003 + i)
     app = rng.choices(apps, weights)[0]
-    labels = {"app": app.name, "team": app.team, "pod-template-hash": app.hash, "app.kubernetes.io/version": app.version}
+    name = app.name if app.shards == 1 else f"{app.name}-{rng.randrange(app.shards)}"
+    labels = {"app": name, "team": app.team, "pod-template-hash": app.hash, "app.kubernetes.io/version": app.version}
     if app.spread:
         labels["kpe.dev/spread"] = "zone"
     if app.zone is not None:
@@ -182,7 +195,7 @@ def pod(i: int, round_: int, *, seed: int = SEED, scheduler_name: str = "") -> d
         spec["tolerations"] = tolerations
     if scheduler_name:
         spec["schedulerName"] = scheduler_name
-    metadata: dict[str, Any] = {"name": f"{app.name}-r{round_}-{i:05d}", "namespace": app.namespace, "labels": labels}
+    metadata: dict[str, Any] = {"name": f"{name}-r{round_}-{i:05d}", "namespace": app.namespace, "labels": labels}
     if app.multi_arch:
         metadata["annotations"] = {"kpe.dev/multi-arch": "true"}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
