@@ -105,3 +105,25 @@ def test_pods_that_differ_share_each_policy_s_results_and_every_answer_is_a_full
         seen.add(key)
     assert distinct > 100, "hardly two pods alike: as classes of whole pods, nearly every request would be a class of its own"
     assert hits > 4 * misses, "yet most of each policy's results are shared between pods"
+
+
+def test_only_a_new_class_that_remembers_something_is_filled_ahead() -> None:
+    # app-zone-cap's rule reads counts, so it runs on every request: a class of a new app's pods
+    # remembers nothing, and a filter that is the first of that class alone asks for no filling ahead.
+    cluster = nodes(10)
+    names = [n["metadata"]["name"] for n in cluster]
+    cached = CachedNodes(cluster, [])
+    policies = shipped()
+    counts = Counts(CountIndex.build(policies.counts, cluster, []))
+    memo = EquivalenceCache()
+    pod = heterogeneous.pod(0, 0)
+    pod["metadata"]["labels"].update({"kpe.dev/spread": "zone", "app": "web-0"})
+
+    def first(app: str, team: str) -> bool:
+        asked = copy.deepcopy(pod)
+        asked["metadata"]["labels"].update({"app": app, "team": team})
+        return filter_nodes(policies, asked, cached.by_name(names), node_info=cached.info, memo=memo, counts=counts).first_of_class
+
+    assert first("web-0", "vision") is True
+    assert first("web-1", "vision") is False, "only app-zone-cap's class is new, and it remembers nothing"
+    assert first("web-2", "search") is True, "team-node-pools' class of another team is new"

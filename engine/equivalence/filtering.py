@@ -97,8 +97,9 @@ def filter_nodes(
         result.unresolvable.clear()
         answer_overdue(result, scopes, nodes.names if isinstance(nodes, NodesByName) else node_names(nodes), deadline)
         result.rejections = count_rules(result.failed.values(), result.unresolvable.values())
-    # Past any Offload: a request sent to the worker thread claims its classes there.
-    result.first_of_class = any([table.claim() for table in tables])
+    # Past any Offload: a request sent to the worker thread claims its classes there. Only the
+    # classes that remember something are worth filling ahead (engine.equivalence.warming).
+    result.first_of_class = any([table.claim() for scope, table in zip(deciding, tables) if memo.reads(scope.policy).remembers_filter()])
     return request.finish()
 
 

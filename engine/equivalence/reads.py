@@ -77,6 +77,7 @@ class PolicyReads:
         }
         self._timed: dict[str, bool] = {}
         self._guards: dict[str, Expression | None] = {}
+        self._remembers: bool | None = None
         match = policy.match.expression
         # What a match expression's outcome is remembered by (None: it reads now, so never).
         self.match_paths: tuple[Path, ...] | None = None
@@ -91,6 +92,14 @@ class PolicyReads:
         """What the policy's rules for ``verb`` (filter or score) and its variables read of the pod
         and of its namespace (any other verb: what every expression reads)."""
         return self._verb_paths.get(verb, (self.pod_paths, self.namespace_paths))
+
+    def remembers_filter(self) -> bool:
+        """Whether a class of this policy remembers anything of a filter: some rule does not read
+        ``now`` or ``counts``, or has a part that does not (``guard``). A class of a policy whose
+        every rule runs on every request (a cap over ``counts``) is not worth filling ahead."""
+        if self._remembers is None:
+            self._remembers = any(not self.timed(r.expression, r.message_expression) or self.guard(r.expression) is not None for r in self.policy.filters)
+        return self._remembers
 
     def reads_node_info(self, verb: str) -> bool:
         """Whether the policy's rules for ``verb`` (filter or score) read ``nodeInfo``,
