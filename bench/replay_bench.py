@@ -112,6 +112,7 @@ def play(plane: Any, url: str, pid: int, round_: int, names: list[str], args: ar
     time.sleep(1.0)  # the last binding heard
     out = {who: 1000 * (rc.cpu_seconds(p) - cpu) / args.pods for who, (p, cpu) in before.items()}
     out |= {f"{verb} ms": 1000 * s / args.pods for verb, s in waited.items()}
+    out["extender RSS MiB"] = rc.rss(pid)["VmRSS"] / 2**20  # what it keeps after the round (its caches of classes included)
     if scraped:  # kpe: what its equivalence cache answered and which policies' rules it evaluated
         after = samples(url)
         delta = {key: value - scraped.get(key, 0.0) for key, value in after.items()}
@@ -212,7 +213,7 @@ def main() -> int:
         server = "the tests' fake API server" if isinstance(plane, FakePlane) else f"a real kube-apiserver ({plane.binaries.version})"
     print()
     print(f"kube-scheduler's calls replayed over {server}, {args.nodes} nodes ({args.shape} shape), "
-          f"windows of {args.window} names, {args.pods} pods measured per round after {args.warm}; CPU ms per measured pod (from /proc/PID/stat)")
+          f"windows of {args.window} names, {args.pods} pods measured per round after {args.warm}; CPU ms per measured pod (from /proc/PID/stat) and the extender's RSS after the round")
     print()
     columns = list(dict.fromkeys(c for runs in rows.values() for r in runs for c in r if c != "extender" and not c.startswith("evaluations/")))
     print("| setup | extender CPU ms/pod (rounds) | median | " + " | ".join(columns) + " |")

@@ -127,3 +127,20 @@ def test_only_a_new_class_that_remembers_something_is_filled_ahead() -> None:
     assert first("web-0", "vision") is True
     assert first("web-1", "vision") is False, "only app-zone-cap's class is new, and it remembers nothing"
     assert first("web-2", "search") is True, "team-node-pools' class of another team is new"
+
+
+def test_a_class_is_filled_ahead_once_a_second_filter_asks_for_it_not_after_its_first() -> None:
+    cluster = nodes(10)
+    names = [n["metadata"]["name"] for n in cluster]
+    cached = CachedNodes(cluster, [])
+    policies = shipped()
+    memo = EquivalenceCache()
+
+    def recurring(team: str) -> bool:
+        pod = heterogeneous.pod(0, 0)
+        pod["metadata"]["labels"]["team"] = team
+        return filter_nodes(policies, pod, cached.by_name(names), node_info=cached.info, memo=memo).recurring
+
+    # team-node-pools reads the team: each team's pods are a class of it; the other policies' classes are shared.
+    assert [recurring("vision"), recurring("search")] == [False, True], "the second pod is the second for the shared classes"
+    assert [recurring("ads"), recurring("ads"), recurring("ads")] == [False, True, False], "a team's class: filled ahead once, at its second pod"

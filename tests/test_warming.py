@@ -59,14 +59,14 @@ def pod(name: str) -> dict[str, Any]:
 NAMES = [f"node-{i}" for i in range(5)]
 
 
-def test_a_class_s_first_request_fills_the_rest_of_the_cluster_a_chunk_at_a_time_each_step_for_its_time() -> None:
+def test_a_class_asked_again_fills_the_rest_of_the_cluster_a_chunk_at_a_time_each_step_for_its_time() -> None:
     policies = load_text(COSTED)
     # A second per evaluation against a step of 1.5 s: two evaluations a step, neither so quick that
     # the chunk grows (under step_s / 8) nor so slow that it shrinks (over step_s).
     warming = Warming(chunk=2, first_chunk=2, step_s=1.5, clock=Ticks())
     woken: list[bool] = []
     warming.on_job = lambda: woken.append(True)
-    warming.first_request(policies, pod("web-1"), NAMES)
+    warming.asked_again(policies, pod("web-1"), NAMES)
     assert woken == [True] and warming
     evaluate = Calls()
     warming.step(policies, evaluate)
@@ -84,7 +84,7 @@ def test_classes_take_turns_a_chunk_each_and_every_class_s_filter_is_filled_befo
     policies = load_text(COSTED)
     warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks())
     for name in ("web-1", "api-1"):
-        warming.first_request(policies, pod(name), NAMES)
+        warming.asked_again(policies, pod(name), NAMES)
     evaluate = Calls()
     warming.step(policies, evaluate)
     assert [(name, names[0]) for _, name, names in evaluate.calls] == [
@@ -116,7 +116,7 @@ def test_a_class_is_filled_in_the_order_the_scheduler_will_ask_for_its_nodes() -
     warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks())
     for window in (["node-4", "node-5"], ["node-0", "node-1"], ["node-2", "node-3"], ["node-4", "node-5"]):
         warming.saw(window)
-    warming.first_request(policies, pod("web-1"), names)
+    warming.asked_again(policies, pod("web-1"), names)
     evaluate = Calls()
     warming.step(policies, evaluate)
     assert [names for _, name, names in evaluate.calls if name == "web-1"] == [["node-0", "node-1"], ["node-2", "node-3"], ["node-4", "node-5"]]
@@ -125,7 +125,7 @@ def test_a_class_is_filled_in_the_order_the_scheduler_will_ask_for_its_nodes() -
 def test_a_job_of_a_policy_set_no_longer_serving_is_dropped_unevaluated() -> None:
     old, new = load_text(COSTED), load_text(COSTED + "\n", file="other.yaml")
     warming = Warming(chunk=2, first_chunk=2, step_s=10, clock=Ticks())
-    warming.first_request(old, pod("web-1"), NAMES)
+    warming.asked_again(old, pod("web-1"), NAMES)
     evaluate = Calls()
     warming.step(new, evaluate)
     assert evaluate.calls == [] and not warming
@@ -135,7 +135,7 @@ def test_after_a_reload_the_classes_seen_last_are_filled_under_the_new_set_and_o
     old, new = load_text(COSTED), load_text(COSTED.replace("not an ml node", "not an ml node (edited)"))
     warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks(), recent=2)
     for name in ("web-1", "api-1", "batch-1"):  # the oldest falls out of the two kept
-        warming.first_request(old, pod(name), NAMES)
+        warming.asked_again(old, pod(name), NAMES)
     warming.reloaded(new, NAMES)
     # api-1's class kept its results through the reload (or a request is filling it): not the first to fill it.
     evaluate = Calls(first={"api-1": False})
@@ -229,7 +229,7 @@ def test_a_chunk_doubles_while_quick_and_halves_when_one_evaluation_takes_longer
     policies = load_text(COSTED)
     names = [f"node-{i}" for i in range(40)]
     quick = Warming(chunk=8, first_chunk=1, step_s=0.625, clock=Ticks(0.0625))  # each evaluation a tenth of a step (exact in binary)
-    quick.first_request(policies, pod("web-1"), names)
+    quick.asked_again(policies, pod("web-1"), names)
     evaluate = Calls()
     quick.step(policies, evaluate)
     # Ten evaluations fill the step: the filter on all 40 names, then the scores go on at the size reached.
@@ -238,7 +238,7 @@ def test_a_chunk_doubles_while_quick_and_halves_when_one_evaluation_takes_longer
     )
 
     slow = Warming(chunk=8, first_chunk=4, step_s=1.0, clock=Ticks(3.0))  # each evaluation three steps
-    slow.first_request(policies, pod("web-1"), names)
+    slow.asked_again(policies, pod("web-1"), names)
     evaluate = Calls()
     for _ in range(4):
         slow.step(policies, evaluate)  # one evaluation a step: it alone overruns the step
@@ -267,7 +267,7 @@ def test_a_filled_class_answers_a_window_it_was_never_asked_about_from_memory_an
     first = filter_nodes(policies, POD, NodesByName(names[:10], states), node_info=info, memo=memo)
     assert first.first_of_class and first.memo_misses == 10
     warming = Warming(chunk=8, first_chunk=8, step_s=1000, clock=Ticks())
-    warming.first_request(policies, POD, names)
+    warming.asked_again(policies, POD, names)
     warming.step(policies, evaluate)
     assert not warming
     later = filter_nodes(policies, {**POD, "metadata": {**POD["metadata"], "name": "web-2"}}, NodesByName(names[25:], states), node_info=info, memo=memo)
@@ -299,16 +299,17 @@ def filter_window(url: str, i: int, window: list[str]) -> None:
     assert answer["NodeNames"] == [n for n in window if int(n.split("-")[1]) % 2]
 
 
-def test_over_http_the_second_pod_of_a_class_finds_the_nodes_outside_the_first_pod_s_window_filled(tmp_path: Path) -> None:
+def test_over_http_the_third_pod_of_a_class_finds_the_nodes_outside_the_first_two_pods_windows_filled(tmp_path: Path) -> None:
     names = [f"node-{i}" for i in range(8)]
     with kpe_on_pools(tmp_path, len(names), POOL_POLICY) as url:
-        filter_window(url, 1, names[:2])
+        filter_window(url, 1, names[:2])  # a class asked once is not filled: it may never be asked again
+        filter_window(url, 2, names[2:4])
         deadline = time.monotonic() + 10  # a bound on waiting for the background, not a measurement
         while warmed_and_missed(url)[0] < len(names):
             assert time.monotonic() < deadline, "the class was not filled"
             time.sleep(0.02)
-        filter_window(url, 2, names[2:])
-        assert warmed_and_missed(url)[1] == 2, "only the first pod's window was evaluated by a request"
+        filter_window(url, 3, names[4:])
+        assert warmed_and_missed(url)[1] == 4, "only the first two pods' windows were evaluated by a request"
 
 
 def test_over_http_with_warming_off_the_second_pod_evaluates_its_own_window(tmp_path: Path) -> None:

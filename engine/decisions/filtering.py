@@ -69,7 +69,8 @@ class FilterResult:
     rejections: dict[str, int] = field(default_factory=dict)  # "policy/rule" -> nodes it failed (unresolvable included)
     overdue: int = 0  # nodes answered without evaluation: the request's deadline had passed
     unknown: list[str] = field(default_factory=list)  # names of nodes given by name that are not known (left out)
-    first_of_class: bool = False  # the first request its equivalence class answered (engine.equivalence.warming)
+    first_of_class: bool = False  # the first request one of its equivalence classes answered (engine.equivalence.warming)
+    recurring: bool = False  # the second filter one of its equivalence classes answered: worth filling ahead
 
 
 Ordered = list[tuple[PolicyScope, FilterRule]]

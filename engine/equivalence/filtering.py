@@ -98,8 +98,12 @@ def filter_nodes(
         answer_overdue(result, scopes, nodes.names if isinstance(nodes, NodesByName) else node_names(nodes), deadline)
         result.rejections = count_rules(result.failed.values(), result.unresolvable.values())
     # Past any Offload: a request sent to the worker thread claims its classes there. Only the
-    # classes that remember something are worth filling ahead (engine.equivalence.warming).
-    result.first_of_class = any([table.claim() for scope, table in zip(deciding, tables) if memo.reads(scope.policy).remembers_filter()])
+    # classes that remember something are worth filling ahead (engine.equivalence.warming), and
+    # only once a second filter asks for one: a pod like no other before it (a class asked once)
+    # is not worth filling the cluster for.
+    remembering = [table for scope, table in zip(deciding, tables) if memo.reads(scope.policy).remembers_filter()]
+    result.first_of_class = any([table.claim() for table in remembering])
+    result.recurring = any([table.ask() == 2 for table in remembering])
     return request.finish()
 
 

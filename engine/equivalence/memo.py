@@ -129,7 +129,7 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "info_blind", "prepared", "cost", "per_request", "clock",
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "info_blind", "prepared", "asked", "cost", "per_request", "clock",
                  "pinned", "claimed")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -167,11 +167,18 @@ class ClassMemo:
         # Whether a request (or the warming after a reload) has filled the class for the first
         # time: whoever does is the one to fill the rest of the cluster (engine.equivalence.warming).
         self.claimed = False
+        # How many filters (requests, and the chunks of jobs filling ahead) the class answered.
+        self.asked = 0
 
     def claim(self) -> bool:
         """True the first time only: the caller is the class's first to fill it."""
         first, self.claimed = not self.claimed, True
         return first
+
+    def ask(self) -> int:
+        """Count one more filter answered from the class; how many so far."""
+        self.asked += 1
+        return self.asked
 
     def afford(self, misses: int, inline_s: float | None) -> None:
         """Raise ``Offload`` when evaluating ``misses`` nodes, and what every request of the class

@@ -52,7 +52,7 @@ class Metrics:
         )
         self.warmed = Counter(
             "kpe_equivalence_warmed_nodes_total",
-            "Nodes evaluated ahead of the scheduler for an equivalence class (after its first filter, for the classes seen last after a reload, "
+            "Nodes evaluated ahead of the scheduler for an equivalence class (after its second filter, for the classes seen last after a reload, "
             "and at start-up for the pods waiting and the workloads that placed pods last)",
             registry=r,
         )

@@ -145,8 +145,8 @@ def _after_filter(
     state.record("filter", args.pod, policy_set.generation, passed=len(result.passed), failed=failed, unresolvable=result.unresolvable, policies=result.matched)
     if args.nodes is None and state.warming is not None:
         state.warming.saw(args.node_names or [])  # the scheduler's order of its nodes, window by window
-        if result.first_of_class and state.cache is not None:
-            state.warming.first_request(policy_set, args.pod, list(state.cache.states))
+        if result.recurring and state.cache is not None:
+            state.warming.asked_again(policy_set, args.pod, list(state.cache.states))
     if args.nodes is None:
         _look_ahead(state, raw, body, args.pod, result.passed, policy_set)
 

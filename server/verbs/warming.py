@@ -1,5 +1,5 @@
 """Filling equivalence classes ahead of the scheduler (``engine.equivalence.warming``): after a
-class's first filter with node names, for the classes seen last after a reload, and at start-up
+class's second filter with node names, for the classes seen last after a reload, and at start-up
 for the classes of the pods waiting for a node and of the workloads that created pods last.
 
 Steps run on the worker thread, about 2 ms each (``Warming.step_s``; a slow policy is evaluated a
