@@ -113,13 +113,27 @@ def test_once_the_scheduler_s_windows_went_round_the_nodes_after_its_last_window
 def test_a_class_is_filled_in_the_order_the_scheduler_will_ask_for_its_nodes() -> None:
     policies = load_text(COSTED)
     names = [f"node-{i}" for i in range(6)]
-    warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks())
+    warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks(), ahead=3)
     for window in (["node-4", "node-5"], ["node-0", "node-1"], ["node-2", "node-3"], ["node-4", "node-5"]):
         warming.saw(window)
     warming.asked_again(policies, pod("web-1"), names)
     evaluate = Calls()
     warming.step(policies, evaluate)
     assert [names for _, name, names in evaluate.calls if name == "web-1"] == [["node-0", "node-1"], ["node-2", "node-3"], ["node-4", "node-5"]]
+
+
+def test_a_class_asked_again_is_filled_as_far_as_the_scheduler_s_next_windows_go() -> None:
+    policies = load_text(COSTED)
+    names = [f"node-{i}" for i in range(12)]
+    warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks(), ahead=2)
+    for window in (["node-0", "node-1", "node-2"], ["node-3", "node-4"]):  # windows of up to 3 names: 6 filled
+        warming.saw(window)
+    warming.asked_again(policies, pod("web-1"), names)
+    evaluate = Calls()
+    warming.step(policies, evaluate)
+    assert [names for _, name, names in evaluate.calls if name == "web-1"] == [["node-5", "node-6"], ["node-7", "node-8"], ["node-9", "node-10"]]
+    assert [names for _, name, names in evaluate.calls if name == "web-1 scores"] == [["node-5", "node-6"], ["node-7", "node-8"], ["node-9", "node-10"]]
+    assert not warming
 
 
 def test_a_job_of_a_policy_set_no_longer_serving_is_dropped_unevaluated() -> None:
