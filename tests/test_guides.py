@@ -428,7 +428,8 @@ def test_every_api_path_the_docs_name_is_served() -> None:
 
 
 # Flags of other programs that the docs use.
-OTHER_PROGRAMS = {"--cacert", "--cert", "--key", "--resolve", "--admission-control-config-file", "--dry-run", "--runtime-config", "--feature-gates"}
+OTHER_PROGRAMS = {"--cacert", "--cert", "--key", "--resolve", "--admission-control-config-file", "--dry-run", "--runtime-config", "--feature-gates",
+                  "--gil", "--format", "--pid"}  # the last three: py-spy's, which bench/profile_phases.py reads the output of
 
 
 def kpe_options() -> set[str]:

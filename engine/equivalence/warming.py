@@ -4,10 +4,10 @@ kube-scheduler sends each pod a window of the nodes (at 5,000 nodes about 500), 
 for each pod, so a class that starts empty (a new Deployment, every class after a kpe restart,
 the classes of a policy a reload changed) evaluates a window on each of its first pods: at
 5,000 nodes ten requests of tens of milliseconds, where a warm class answers in a fraction of
-one. Once a class's second request has been answered, the same pod is evaluated against every
-other node in the background, a few nodes at a time (the filter of every class waiting first,
-then the scores of the nodes it passes), so its next pods find their windows remembered. Not
-after its first: on a cluster whose pods differ, many a class is asked once (a pod like no other
+one. Once a class's second request has been answered, the same pod is evaluated in the
+background against the nodes of the scheduler's next windows (``Warming.asked_again``), a few
+nodes at a time (the filter of every class waiting first, then the scores of the nodes it
+passes), so its next pods find their windows remembered. Not after its first: on a cluster whose pods differ, many a class is asked once (a pod like no other
 in what one policy reads), and filling the cluster for it is work no later pod reuses (at 5,000
 nodes it took kpe's CPU a pod from 10 to 26 ms). A class asked twice is likely asked again, and
 its next pods would have evaluated those nodes anyway, on the scheduler's clock.
