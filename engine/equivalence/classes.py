@@ -267,5 +267,5 @@ def _remembered(table: ClassMemo) -> int:
 RESULTS_KEPT = 2 * 16 * 5000
 
 MATCHES_KEPT = 4096  # remembered match outcomes, all forgotten at once past this
-PATHS_KEPT = 1024
-PREFIXES_KEPT = 65536  # node names whose answer prefixes are kept, all forgotten at once past this  # combinations of policies whose reads are kept, all forgotten at once past this
+PATHS_KEPT = 1024  # combinations of policies whose reads are kept, all forgotten at once past this
+PREFIXES_KEPT = 65536  # node names whose answer prefixes are kept, all forgotten at once past this

@@ -101,9 +101,8 @@ def filter_nodes(
     # classes that remember something are worth filling ahead (engine.equivalence.warming), and
     # only once a second filter asks for one: a pod like no other before it (a class asked once)
     # is not worth filling the cluster for.
-    remembering = [table for scope, table in zip(deciding, tables) if memo.reads(scope.policy).remembers_filter()]
-    result.first_of_class = any([table.claim() for table in remembering])
-    result.recurring = any([table.ask() == 2 for table in remembering])
+    asked = [table.ask() for scope, table in zip(deciding, tables) if memo.reads(scope.policy).remembers_filter()]
+    result.first_of_class, result.recurring = 1 in asked, 2 in asked
     return request.finish()
 
 

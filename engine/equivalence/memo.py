@@ -130,7 +130,7 @@ class ClassMemo:
     """
 
     __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "info_blind", "prepared", "asked", "cost", "per_request", "clock",
-                 "pinned", "claimed")
+                 "pinned")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -164,16 +164,9 @@ class ClassMemo:
         # rules that read now, run per request): measured the same way, None for a class without any.
         self.per_request: float | None = None
         self.clock = clock
-        # Whether a request (or the warming after a reload) has filled the class for the first
-        # time: whoever does is the one to fill the rest of the cluster (engine.equivalence.warming).
-        self.claimed = False
-        # How many filters (requests, and the chunks of jobs filling ahead) the class answered.
+        # How many filters (requests, and the chunks of jobs filling ahead) the class answered:
+        # the first is the one to fill it, the second says it is asked again (engine.equivalence.warming).
         self.asked = 0
-
-    def claim(self) -> bool:
-        """True the first time only: the caller is the class's first to fill it."""
-        first, self.claimed = not self.claimed, True
-        return first
 
     def ask(self) -> int:
         """Count one more filter answered from the class; how many so far."""

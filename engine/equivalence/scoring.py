@@ -7,8 +7,8 @@ is worked out per request from the policies' remembered raw scores (``normalise_
 
 A prioritize comes with nearly every pod, so a request makes as few passes over its nodes as it
 can, each in C where it can: what a policy's class remembers per node is one flat row (``Row``),
-the rows are cut into columns by one ``zip``, and the answer is pieces: each node's remembered
-prefix, then its score's suffix (``Entries``).
+a policy's column of raw scores is taken from its rows by one ``map``, and the answer is pieces:
+each node's prefix (remembered by name), then its score's suffix (``Entries``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from engine.equivalence.memo import ClassMemo, Lookup, Offload, TrackedNodeInfo,
 from engine.policy.model import PolicySet
 
 # What a policy's class remembers per node: the policy's raw score (a scoring policy's: Enforce,
-# weighing more than 0), then the node's evaluation errors. A tuple, not an object, so that one
-# ``zip(*rows)`` gives every column.
+# weighing more than 0), then the node's evaluation errors. A tuple, not an object, so that a
+# column is read in C (``_RAW``).
 Row = tuple[Any, ...]
 
 
