@@ -89,8 +89,12 @@ async def freeze_after_sync(cache: Any) -> None:
 
 
 async def serve_cluster_policies(state: ServerState, stop: asyncio.Event) -> list[asyncio.Task[Any]]:
-    """``--policy-source cluster``: list and watch kpe's objects, load the first set from them
-    (its errors stop start-up, as a broken policy file does), then reload on every change."""
+    """``--policy-source cluster``: list and watch kpe's objects, load the first set from them,
+    then reload on every change. A first set that is refused does not stop start-up: kpe serves
+    the last good set kept in the cluster, or the objects that compile (``PolicyStore.fall_back``)."""
+    from engine.errors import PolicyLoadError
+
+    from server.cluster import lastgood
     from server.cluster.informer import Informer
     from server.cluster.policyobjects import PolicyObjects, PolicySourceError
 
@@ -103,7 +107,10 @@ async def serve_cluster_policies(state: ServerState, stop: asyncio.Event) -> lis
     store.objects = objects
     try:
         await objects.start(client, stop)
-        store.load_initial()
+        try:
+            store.load_initial()
+        except PolicyLoadError as refused:
+            store.fall_back(refused, await lastgood.read(client, settings.lease_namespace))
     except BaseException:
         await objects.close()
         raise
@@ -145,8 +152,12 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
         reservations = state.reservations = ReservationController(state, resync_s=settings.gate_resync_s or 30.0)
         tasks.append(asyncio.create_task(reservations.run(stop, elector.leading), name="reservation-controller"))
     if "status" in settings.controller_set and state.policy_objects is not None:
+        from server.cluster.lastgood import LastGoodKeeper
+
         writer = StatusWriter(state.client, state.policy_objects, state.store)
         tasks.append(asyncio.create_task(writer.run(stop, elector.leading), name="policy-status"))
+        keeper = state.last_good = LastGoodKeeper(state.client, state.store, namespace=settings.lease_namespace)
+        tasks.append(asyncio.create_task(keeper.run(stop, elector.leading), name="last-good-policies"))
     if settings.policy_reports:
         from server.reports.controller import AuditReporter
 

@@ -24,6 +24,7 @@ from server.verbs.vetoes import VetoEvents
 if TYPE_CHECKING:
     from server.cluster.cache import ClusterCache
     from server.cluster.kube import KubeClient
+    from server.cluster.lastgood import LastGoodKeeper
     from server.cluster.policyobjects import PolicyObjects
     from server.http.certificate import ServingCertificate
     from server.verbs.wholenodes import WholeNodes
@@ -96,6 +97,7 @@ class ServerState:
     gates: Gates | None = None
     elector: Any = None  # LeaderElector when the gate controller runs
     policy_objects: PolicyObjects | None = None  # --policy-source cluster: the objects the policies come from
+    last_good: LastGoodKeeper | None = None  # --policy-source cluster with --controllers status: the leader keeps the set served
     equivalence: EquivalenceCache = field(default_factory=EquivalenceCache)
     warming: Warming | None = None  # with cluster access and --warm-classes: classes filled ahead of the scheduler (server.verbs.warming)
     in_flight_counting: tuple[Any, Any] | None = None  # (policy set, what counting pods in flight takes under it): server.verbs.inflight

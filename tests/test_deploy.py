@@ -22,6 +22,7 @@ import yaml
 from engine.policy.model import SYSTEM_NAMESPACES
 
 from server.app import POLICY_WEBHOOK_PATH, WEBHOOK_PATH
+from server.cluster.lastgood import NAME as LAST_GOOD
 from server.cli.main import EXIT_OK, main
 from server.settings import Settings, env_name, load_settings
 
@@ -383,8 +384,14 @@ def test_the_cluster_policies_component_adds_the_crds_their_least_rbac_and_the_c
     assert settings.validate() == []
     assert settings.policy_source == "cluster" and settings.controller_set == {"gates", "reservations", "requeue", "status"}
     assert settings.allow_empty_policies, "a fresh install has no objects yet"
+    # The last good set (server/cluster/lastgood.py): one ConfigMap of kpe's namespace, by name but for create.
+    last_good = one(with_source, "Role", "kpe-last-good-policies")["rules"]
+    assert last_good == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [LAST_GOOD], "verbs": ["get", "update"]},
+                         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
+    assert one(with_source, "RoleBinding", "kpe-last-good-policies")["metadata"]["namespace"] == "kpe-system"
     # Nothing else of the base changes.
-    changed = [o for o in with_source if o["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Deployment")]
+    changed = [o for o in with_source if o["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Deployment")
+               and o["metadata"]["name"] != "kpe-last-good-policies"]
     assert changed == [o for o in objects if o["kind"] not in ("ClusterRole", "ClusterRoleBinding", "Deployment")]
     assert load_settings(environ={**literal_env(container(objects))}).policy_source == "files", "the base keeps reading files"
 

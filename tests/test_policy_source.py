@@ -1,5 +1,6 @@
 """``--policy-source``: the setting and what `kpe serve` says when the cluster cannot be its
-source (no CRDs, the objects do not compile). The fake API server stages the missing CRDs."""
+source (no CRDs): one line, no traceback. The fake API server stages the missing CRDs. Objects
+that do not compile do not stop start-up (tests/test_last_good.py)."""
 
 from __future__ import annotations
 
@@ -47,13 +48,4 @@ def test_serve_without_the_crds_says_how_to_install_them(tmp_path: Path, capsys:
     assert err.splitlines()[-1] == (
         "kpe serve: --policy-source cluster: the API server does not serve schedulingpolicies.kpe.dev: install kpe's CRDs (kubectl apply -k deploy/crds)"
     )
-
-
-def test_serve_with_objects_that_do_not_compile_names_them_and_serves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with FakeApiServer() as api:
-        api.state.add("schedulingpolicies", {"apiVersion": "kpe.dev/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": "pool"},
-                                             "spec": {"filters": [{"name": "pool", "expression": "node.metadata.name.size()"}]}})
-        code, out, _ = serve(api.write_kubeconfig(tmp_path / "kubeconfig"), capsys)
-    assert code == 1
-    assert out.splitlines()[0] == "schedulingpolicy/pool: error[KPE303] pool: spec.filters[0].expression: a filter expression must give bool, but it gives int"
-    assert out.endswith("\n\nkpe serve: the policies in the cluster have errors; nothing to serve.\n")
+    assert "Traceback" not in err and "never retrieved" not in err, "the operator's fix, not a crash of kpe's"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from server.settings import Settings, UsageError, add_arguments, load_settings, plain
@@ -41,19 +42,35 @@ def cmd_serve(args: argparse.Namespace, out: Any) -> int:
     from server.cluster.policyobjects import PolicySourceError
     from server.http.listeners import run
 
+    quiet = _ExplainedStartupFailure(app, explained=(PolicySourceError,))
+    logging.getLogger("uvicorn.error").addFilter(quiet)
     try:
         run(app, settings)
     except SystemExit:
-        # uvicorn exits when the lifespan fails; --policy-source cluster loads its first set there.
+        # uvicorn exits when the lifespan fails; --policy-source cluster lists its objects there.
         if getattr(app.state, "startup_error", None) is None:
             raise
+    finally:
+        logging.getLogger("uvicorn.error").removeFilter(quiet)
     failed = getattr(app.state, "startup_error", None)
-    if isinstance(failed, PolicyLoadError):
-        out.write(failed.render() + "\n\nkpe serve: the policies in the cluster have errors; nothing to serve.\n")
-        return 1
     if isinstance(failed, PolicySourceError):
         raise UsageError(str(failed))
     return 1 if failed is not None else 0
+
+
+class _ExplainedStartupFailure(logging.Filter):
+    """Drops uvicorn's traceback of a start-up failure that ``kpe serve`` says in one line
+    itself (the cluster cannot be the policy source): a stack trace there reads as a crash of
+    kpe's, when the fix is the operator's. Any other failure keeps its traceback."""
+
+    def __init__(self, app: Any, *, explained: tuple[type[BaseException], ...]) -> None:
+        super().__init__()
+        self.app = app
+        self.explained = explained
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        failed = getattr(self.app.state, "startup_error", None)
+        return not (isinstance(failed, self.explained) and str(record.msg).startswith("Traceback"))
 
 
 def add_serve_command(sub: Any) -> None:

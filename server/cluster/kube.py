@@ -831,6 +831,16 @@ class KubeClient:
         """PUT: carries metadata.resourceVersion, so a concurrent writer gets 409."""
         return await self._call("PUT", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}", body=lease)
 
+    async def get_configmap(self, namespace: str, name: str) -> Obj:
+        return await self._call("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+
+    async def create_configmap(self, namespace: str, configmap: Obj) -> Obj:
+        return await self._call("POST", f"/api/v1/namespaces/{namespace}/configmaps", body=configmap)
+
+    async def replace_configmap(self, namespace: str, name: str, configmap: Obj) -> Obj:
+        """PUT: carries metadata.resourceVersion, so a concurrent writer gets 409."""
+        return await self._call("PUT", f"/api/v1/namespaces/{namespace}/configmaps/{name}", body=configmap)
+
     async def create_policy_report(self, namespace: str, report: Obj) -> Obj:
         return await self._call("POST", f"{POLICY_REPORTS}/namespaces/{namespace}/policyreports", body=report)
 

@@ -475,9 +475,20 @@ class Listeners:
             out.update({surface: url for surface in listener.surfaces})
         return out
 
-    async def serve(self) -> None:
+    async def serve(self) -> int:
+        """Serve until stopped; 0, or uvicorn's exit code when the app's lifespan failed (say
+        by ``run`` once the loop is closed: a ``SystemExit`` raised inside the loop would leave
+        its task's exception unretrieved, and asyncio would log it with a traceback)."""
         first, rest = self.servers[0], self.servers[1:]
-        leading = asyncio.create_task(first.serve(sockets=[self.sockets[0]]))
+
+        async def leader() -> int:
+            try:
+                await first.serve(sockets=[self.sockets[0]])
+            except SystemExit as exc:  # uvicorn's way of saying the lifespan's startup failed
+                return exc.code if isinstance(exc.code, int) else 1
+            return 0
+
+        leading = asyncio.create_task(leader())
         followers: list[asyncio.Task[None]] = []
         try:
             # The followers take requests only once the app's lifespan has run in the first
@@ -486,7 +497,7 @@ class Listeners:
                 await asyncio.sleep(0.01)
             if not leading.done():
                 followers = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(rest, self.sockets[1:])]
-            await leading
+            return await leading
         finally:
             for server in rest:
                 server.should_exit = True
@@ -502,8 +513,10 @@ class Listeners:
 
 
 def run(app: Any, settings: Settings) -> None:
-    """``kpe serve``: every listener until a signal."""
-    asyncio.run(Listeners(app, settings).serve())
+    """``kpe serve``: every listener until a signal; ``SystemExit`` when the app could not start."""
+    code = asyncio.run(Listeners(app, settings).serve())
+    if code:
+        raise SystemExit(code)
 
 
 @contextlib.contextmanager

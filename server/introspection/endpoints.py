@@ -68,6 +68,10 @@ async def readyz(request: Request) -> Response:
         problems.append(f"node and pod cache not connected to the API server for {lost[0]:.0f} s ({lost[1]})")
     if problems:
         return PlainTextResponse("not ready: " + "; ".join(problems), status_code=503)
+    if state.store.degraded is not None:
+        # Ready all the same: a replica that refused to serve would fail every pod kube-scheduler
+        # sends it, while the fallback set keeps the protection that was served (PolicyStore.fall_back).
+        return PlainTextResponse(f"ok, on a fallback set: {state.store.degraded}")
     return PlainTextResponse("ok")
 
 
@@ -78,6 +82,7 @@ async def metrics(request: Request) -> Response:
     state.metrics.set_generation(current.generation, len(current))
     last = state.store.last
     state.metrics.load_errors.set(len(last.errors) if last and not last.ok else 0)
+    state.metrics.fallback.set(0 if state.store.degraded is None else 1)
     state.metrics.count_reloads(state.store.reloads)
     if state.elector is not None:
         state.metrics.leader.set(1 if state.elector.is_leader else 0)
@@ -111,6 +116,8 @@ async def policies(request: Request) -> Response:
             "servingGeneration": last.generation if last else current.generation,
             "errors": [e.to_dict() | {"text": e.render()} for e in (last.errors if last else ())],
         },
+        # Why the set serving is not the cluster's own (a start whose first load was refused); null otherwise.
+        "fallback": state.store.degraded,
         "reloads": dict(state.store.reloads),
         "policies": [
             {

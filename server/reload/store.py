@@ -19,7 +19,14 @@ With ``--policy-source cluster`` the set comes from SchedulingPolicy and Reserva
 delivers them) instead of files, under the same rule: the whole set compiles or the last good
 set keeps serving. Each outcome says which objects, at which ``metadata.generation``, it
 judged, and the store remembers those of the set serving, for the status kpe writes on them
-(``server.cluster.policystatus``).
+(``server.cluster.policystatus``), and the objects themselves, for the leader to keep in the
+cluster (``server.cluster.lastgood``).
+
+A first load of the cluster's objects that is refused does not stop kpe (``fall_back``): the
+webhook that checks objects is ``failurePolicy: Ignore``, so a broken object can be stored while
+kpe is down, and a replica that then refused to start would fail every pod kube-scheduler sends
+it. It serves the last good set the leader kept instead, or, with none, the objects that compile
+without the refused ones, and says so (``degraded``) until a reload takes the whole current set.
 """
 
 from __future__ import annotations
@@ -111,7 +118,14 @@ class PolicyStore:
         self.objects = objects
         # The objects (and their generations) of the set serving now, and of the last load tried.
         self.served_objects: dict[ObjectKey, int] = {}
+        # The objects themselves of the set serving (what the leader keeps as the last good set),
+        # and of the last load tried.
+        self.served_specs: tuple[PolicyObject, ...] = ()
         self._tried: tuple[tuple[ObjectKey, int], ...] = ()
+        self._tried_specs: tuple[PolicyObject, ...] = ()
+        # Why the set serving is not the cluster's current one, when a first load fell back
+        # (``fall_back``); None once a load takes the current set whole.
+        self.degraded: str | None = None
         self._outcome_listeners: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self.allow_empty = allow_empty
         self.cost_limits = cost_limits
@@ -143,7 +157,7 @@ class PolicyStore:
         """The first load: errors here stop start-up (there is nothing to fall back to)."""
         policy_set = self._load()
         self._current = policy_set
-        self.served_objects = dict(self._tried)
+        self.served_objects, self.served_specs = dict(self._tried), self._tried_specs
         self.last = LoadOutcome(True, policy_set.generation, objects=self._tried)
         log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.source})
         return policy_set
@@ -193,10 +207,14 @@ class PolicyStore:
 
     def _load_objects(self, objects: tuple[PolicyObject, ...]) -> PolicySet:
         self._tried = tuple(sorted((o.key, o.generation) for o in objects))
+        self._tried_specs = objects
+        return self._compile_objects(objects, allow_empty=self.allow_empty)
+
+    def _compile_objects(self, objects: tuple[PolicyObject, ...], *, allow_empty: bool) -> PolicySet:
         params = self.params
 
         def compiled(values: Mapping[Ref, Mapping[str, str] | None] | None) -> PolicySet:
-            return load_objects(objects, allow_empty=self.allow_empty, cost_limits=self.cost_limits,
+            return load_objects(objects, allow_empty=allow_empty, cost_limits=self.cost_limits,
                                 excluded_namespaces=self.excluded_namespaces, cluster_params=values)
 
         policy_set = compiled(params.values() if params is not None else None)
@@ -230,8 +248,11 @@ class PolicyStore:
             return self.last
         if previous is not None and candidate.generation == previous.generation:
             self.reloads["unchanged"] += 1
-            self.served_objects = dict(self._tried)  # the same content, maybe at other generations (an edit undone)
+            # The same content, maybe at other generations (an edit undone), or the current set
+            # that a start fell back from, now whole and equal to the fallback.
+            self.served_objects, self.served_specs = dict(self._tried), self._tried_specs
             self.last = LoadOutcome(True, previous.generation, objects=self._tried)
+            self._recovered()
             return self.last
         for guard in list(self._guards):
             try:
@@ -244,9 +265,10 @@ class PolicyStore:
                 log.warning("policy %s: %s (parameterNotFoundAction %s)", policy.name, policy.params_problem,
                             "Deny" if policy.params_error else "UseDefaults", extra={"generation": candidate.generation, "policy": policy.name})
         self._current = candidate  # the swap: one reference, never mutated in place
-        self.served_objects = dict(self._tried)
+        self.served_objects, self.served_specs = dict(self._tried), self._tried_specs
         self.reloads["success"] += 1
         self.last = LoadOutcome(True, candidate.generation, objects=self._tried)
+        self._recovered()
         log.info(
             "policies reloaded",
             extra={"generation": candidate.generation, "previous": previous.generation if previous is not None else None, "policies": len(candidate)},
@@ -254,6 +276,56 @@ class PolicyStore:
         for loop, event in self._listeners:
             loop.call_soon_threadsafe(event.set)  # reloads run in a worker thread
         return self.last
+
+    def fall_back(self, refused: PolicyLoadError, kept: tuple[PolicyObject, ...] | None) -> PolicySet:
+        """The first load of the cluster's objects was ``refused``: serve something safe rather
+        than nothing. ``kept``: the last good set the leader kept in the cluster (None: none was
+        found). That set if it compiles (an object it has keeps its protection at the version
+        that was served); otherwise the current objects without the refused ones (an object
+        never served protected nothing yet), dropping objects named by errors until the rest
+        compiles, down to the empty set. The refusal stays the store's last outcome, so status,
+        metrics and ``/readyz``'s detail report it until a reload takes the whole current set."""
+        assert self.objects is not None, "files have no last good set: a refused first load of files stops start-up"
+        tried, tried_specs = self._tried, self._tried_specs
+        policy_set: PolicySet | None = None
+        serving: tuple[PolicyObject, ...] = ()
+        if kept is not None:
+            try:
+                policy_set, serving = self._compile_objects(kept, allow_empty=True), kept
+                how = f"the last good set kept in the cluster ({len(kept)} objects)"
+            except PolicyLoadError as exc:
+                log.error("the last good set kept in the cluster does not compile either (%s); serving the objects that do",
+                          exc.errors[0].render() if exc.errors else "no error")
+        if policy_set is None:
+            serving, errors = tried_specs, list(refused.errors)
+            while policy_set is None:
+                named = {e.location.file for e in errors}
+                left = tuple(o for o in serving if o.key.file not in named)
+                # An error that names no object (a clash across the set) leaves nothing to single out.
+                serving = left if len(left) < len(serving) else ()
+                try:
+                    policy_set = self._compile_objects(serving, allow_empty=True)
+                except PolicyLoadError as exc:
+                    errors = list(exc.errors)
+            how = (f"the {len(serving)} objects of the cluster that compile without the refused ones"
+                   if kept is None else f"the {len(serving)} objects of the cluster that compile (the last good set kept did not)")
+        self._tried, self._tried_specs = tried, tried_specs
+        self._current = policy_set
+        self.served_objects, self.served_specs = {o.key: o.generation for o in serving}, serving
+        self.last = LoadOutcome(False, policy_set.generation, tuple(refused.errors), objects=tried)
+        refused_names = sorted({e.location.file or "the set" for e in refused.errors})
+        self.degraded = f"the policies in the cluster are refused ({', '.join(refused_names)}); serving {how}"
+        for error in refused.errors:
+            log.error("policies refused at start; serving a fallback set, generation %s: %s", policy_set.generation, error.render(),
+                      extra={"error": error.to_dict()})
+        log.error("kpe serves %s, generation %s, until the cluster's policies compile: fix or delete %s",
+                  how, policy_set.generation, ", ".join(refused_names), extra={"generation": policy_set.generation})
+        return policy_set
+
+    def _recovered(self) -> None:
+        if self.degraded is not None:
+            log.info("the cluster's policies compile again: serving them", extra={"generation": self.current.generation})
+        self.degraded = None
 
     def add_swap_guard(self, guard: Callable[[PolicySet], None]) -> None:
         """Call ``guard(new_set)`` before every swap, in the reload thread; the swap waits for it."""

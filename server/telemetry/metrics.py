@@ -64,6 +64,12 @@ class Metrics:
         self.generation = Gauge("kpe_policy_generation_info", "The serving policy generation (value 1)", ["generation"], registry=r)
         self.policies = Gauge("kpe_policies", "Policies in the serving set", registry=r)
         self.load_errors = Gauge("kpe_policy_load_errors", "Errors in the last policy load (0 when it was clean)", registry=r)
+        self.fallback = Gauge(
+            "kpe_policy_fallback",
+            "1 while kpe serves a fallback set because the cluster's policies were refused at its start (the last good set kept, "
+            "or the objects that compile); 0 once it serves the cluster's set",
+            registry=r,
+        )
         self.cache_objects = Gauge("kpe_cache_objects", "Objects in kpe's cache", ["kind"], registry=r)
         self.watch_events = Counter("kpe_cache_events_total", "Watch events applied to kpe's cache, per kind", ["kind"], registry=r)
         self.watch_seconds = Counter(

@@ -38,15 +38,31 @@ spec:
 """
 
 
+LAST_GOOD = "/api/v1/namespaces/kpe-system/configmaps/kpe-last-good-policies"
+BROKEN = {"filters": [{"name": "pool", "expression": "node.metadata.name > 3"}]}
+
+
+def last_good(plane: ControlPlane) -> dict[str, Any] | None:
+    found = plane.api.call("GET", LAST_GOOD, ok=(200, 404))
+    return found if found.get("kind") == "ConfigMap" else None
+
+
+def forget_last_good(plane: ControlPlane) -> None:
+    if last_good(plane) is not None:
+        plane.api.delete(LAST_GOOD)
+
+
 @pytest.fixture
 def objects(plane: ControlPlane) -> Iterator[ControlPlane]:
     install_crds(plane)
     plane.apply_rbac(REPO / "deploy" / "cluster-policies" / "rbac.yaml")
     delete_all(plane)
+    forget_last_good(plane)
     try:
         yield plane
     finally:
         delete_all(plane)
+        forget_last_good(plane)
 
 
 def start(cluster: Cluster) -> Kpe:
@@ -177,3 +193,63 @@ def test_kubectl_get_shows_what_kpe_serves(cluster: Cluster, objects: ControlPla
     assert sorted(listed) == ["reservation.kpe.dev/spare", "schedulingpolicy.kpe.dev/pool", "schedulingpolicy.kpe.dev/quota"]
     edit(objects, "pool", pool_policy("b")["spec"])
     wait_until(lambda: get("get", "spol", "pool", "-o", "jsonpath={.status.observedGeneration}") == "2", 10, "observedGeneration to follow the edit")
+
+
+def kept_filters(plane: ControlPlane) -> list[str]:
+    """The filter expressions of the set kept (the API server adds the CRD's defaults to each spec)."""
+    import json
+
+    found = last_good(plane)
+    return [f["expression"] for o in json.loads(found["data"]["objects.json"])["objects"] for f in o["spec"].get("filters", [])] if found else []
+
+
+def expressions(spec: dict[str, Any]) -> list[str]:
+    return [f["expression"] for f in spec["filters"]]
+
+
+def test_a_kpe_started_while_a_broken_policy_is_stored_serves_the_last_good_set_until_it_is_fixed(cluster: Cluster, objects: ControlPlane) -> None:
+    kpe = start(cluster)
+    ns, api = cluster.namespace, objects.api
+    api.create(POLICIES, pool_policy("a"))
+    ready(objects, "pool", 1)
+    served = kpe.generation()
+    wait_until(lambda: kept_filters(objects) == expressions(pool_policy("a")["spec"]), 10, "the leader to keep the set it serves")
+
+    # kpe is down (a rollout, an OOM kill) when an edit that does not compile is applied: with
+    # the policy webhook's failurePolicy Ignore, the API server stores it.
+    kpe.process.stop()
+    generation = edit(objects, "pool", BROKEN)
+    kpe = cluster.start_kpe(extra=SOURCE, ports=kpe.ports)  # waits for /readyz: it starts, and is ready
+    readyz = kpe.health.get("/readyz").text
+    print(f"\n[e2e last good set] /readyz: {readyz}")
+    assert readyz == ("ok, on a fallback set: the policies in the cluster are refused (schedulingpolicy/pool); "
+                      "serving the last good set kept in the cluster (1 objects)")
+    assert kpe.generation() == served and kpe.metric("kpe_policy_fallback") == 1
+    condition = ready_of(ready(objects, "pool", generation, status="False"))
+    assert condition["reason"] == "Invalid" and condition["message"].startswith(
+        "refused: spec.filters[0].expression: found no matching overload for '_>_' applied to '(string, int)'")
+    assert condition["message"].endswith(f"kpe keeps serving policy set generation {served}")
+    # The last good set decides: the pool-b node is rejected as before the broken edit.
+    cluster.api.pod(ns, "web-1")
+    assert cluster.wait_bound(["web-1"])["web-1"] == f"{ns}-a", "placed by the last good set"
+    assert kept_filters(objects) == expressions(pool_policy("a")["spec"]), "a fallback is never kept as the last good set"
+
+    # Fixed: the cluster's set serves, and is kept.
+    fixed = edit(objects, "pool", pool_policy("b")["spec"])
+    ready(objects, "pool", fixed)
+    assert kpe.health.get("/readyz").text == "ok" and kpe.metric("kpe_policy_fallback") == 0
+    cluster.api.pod(ns, "web-2")
+    assert cluster.wait_bound(["web-2"])["web-2"] == f"{ns}-b"
+    wait_until(lambda: kept_filters(objects) == expressions(pool_policy("b")["spec"]), 10, "the fixed set to be kept")
+
+
+def test_a_fresh_install_whose_only_policy_is_broken_serves_no_policy_and_says_so(cluster: Cluster, objects: ControlPlane) -> None:
+    # No set was ever served, so none is kept: the broken object protected nothing yet.
+    objects.api.create(POLICIES, pool_policy("a") | {"spec": BROKEN})
+    kpe = start(cluster)
+    assert kpe.health.get("/readyz").text == ("ok, on a fallback set: the policies in the cluster are refused (schedulingpolicy/pool); "
+                                              "serving the 0 objects of the cluster that compile without the refused ones")
+    assert ready_of(ready(objects, "pool", 1, status="False"))["reason"] == "Invalid"
+    cluster.api.pod(cluster.namespace, "web-1")
+    assert cluster.wait_bound(["web-1"])["web-1"] in {f"{cluster.namespace}-a", f"{cluster.namespace}-b"}, "scheduled, under no policy"
+    assert last_good(objects) is None, "nothing kept while no set of the cluster's compiles"
