@@ -172,6 +172,8 @@ def test_service_selects_the_pods_and_targets_a_container_port(objects: list[Obj
     ports = container(objects)["ports"]
     by_name = {p["name"]: p for p in service["spec"]["ports"]}
     assert {name: p["port"] for name, p in by_name.items()} == {"scheduler": 443, "webhook": 9443, "metrics": 8080}
+    # kube-scheduler's every connection to one replica, which counts all its pods in flight (tests/e2e/test_replica_bursts.py).
+    assert service["spec"]["sessionAffinity"] == "ClientIP"
     for port in by_name.values():
         target = port["targetPort"]
         assert any(p.get("name") == target or p["containerPort"] == target for p in ports), target
