@@ -21,7 +21,8 @@ orjson as ``KubeClient.list_all`` does, until the cache has synced and every
 node's ``nodeInfo`` is built. "raw" replaces ``server.cluster.cache.trim`` with the
 identity; "stripped" only drops managedFields; "trimmed" keeps every pod whole;
 "projected" gives the cache the shipped policies' projection (``--policies``), as
-``kpe serve`` does. It prints, per mode: the RSS growth (VmRSS after the sync minus before
+``kpe serve`` does; "reported" adds what their Audit policies read of the pod they judge, as
+``kpe serve --policy-reports`` does (``engine.reports.audit.audit_projection``). It prints, per mode: the RSS growth (VmRSS after the sync minus before
 it) and the bytes tracemalloc sees allocated (in a second child), each per pod,
 and the CPU time the first sync took (without tracemalloc).
 """
@@ -124,7 +125,14 @@ def child(mode: str, count: int, per_node: int, traced: bool, policies: str) -> 
     from engine.cluster.projection import EVERYTHING
     from server.cluster.cache import ClusterCache
 
-    projection = load([policies]).pod_projection if mode == "projected" else EVERYTHING
+    projection = EVERYTHING
+    if mode in ("projected", "reported"):
+        policy_set = load([policies])
+        projection = policy_set.pod_projection
+        if mode == "reported":
+            from engine.reports.audit import audit_projection
+
+            projection = projection.union(audit_projection(policy_set))
 
     nodes = cluster.nodes(max(1, -(-count // per_node)))
     for node in nodes:
@@ -244,7 +252,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=30_000)
     parser.add_argument("--per-node", type=int, default=30)
-    parser.add_argument("--modes", default="raw,trimmed,projected", help="comma-separated: raw, stripped (managedFields only), trimmed, projected")
+    parser.add_argument("--modes", default="raw,trimmed,projected", help="comma-separated: raw, stripped (managedFields only), trimmed, projected, reported")
     parser.add_argument("--policies", default=str(ROOT / "policies"), help="the policy set whose projection 'projected' uses (default: the shipped one)")
     parser.add_argument("--no-tracemalloc", action="store_true", help="skip the tracemalloc children")
     parser.add_argument("--namespaces", type=int, default=0, help="also measure the namespace watch holding this many namespaces")

@@ -162,7 +162,6 @@ def start_gate_controller(state: ServerState, stop: asyncio.Event) -> list[async
         from server.reports.controller import AuditReporter
 
         reporter = AuditReporter(state, interval_s=settings.policy_report_interval_s)
-        state.audit_notes = reporter
         tasks.append(asyncio.create_task(reporter.run(stop, elector.leading), name="policy-reports"))
     return tasks
 
@@ -247,8 +246,14 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
                 from server.admission.requeue import Requeuer
 
                 requeue = state.requeue = Requeuer(rate=settings.requeue_rate)
+            also_keep = None
+            if settings.policy_reports:
+                from engine.reports.audit import audit_projection
+
+                also_keep = audit_projection  # bound pods keep what Audit rules read of them: the reports judge every pod
             state.cache = ClusterCache(
                 state.client, metrics=state.metrics, backoff_max=settings.relist_backoff_max_s, policies=store, in_flight=InFlight(ttl=settings.in_flight_s),
+                also_keep=also_keep,
                 on_event=requeue.pod_event if requeue is not None else None,  # a placeholder bound: its owners are retried
             )
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))

@@ -76,12 +76,6 @@ class Slots(Protocol):
 
     def latest(self) -> Plan | None: ...
 
-class AuditNotes(Protocol):
-    """The PolicyReports' reporter (``server.reports.controller``), as the filter verb tells
-    it of a pod an Audit rule rejected a node for."""
-
-    def note(self, pod: Mapping[str, Any]) -> None: ...
-
 
 log = logging.getLogger("kpe.decisions")
 
@@ -110,7 +104,6 @@ class ServerState:
     admission_worker: Worker = field(default_factory=lambda: Worker(name="kpe-admission"))
     requeue: Requeue | None = None  # with cluster access: pods to prompt kube-scheduler about after a reload
     reservations: Slots | None = None  # with the gate controller: placeholders of the reservations' free slots
-    audit_notes: AuditNotes | None = None  # with --policy-reports: the reporter of Audit findings
     lookahead: Lookahead = field(init=False)  # the prioritize expected after the last filter (server.verbs.lookahead)
     whole_nodes: WholeNodes | None = None  # without cluster access: the nodes filter and prioritize were sent, for preempt
     vetoes: VetoEvents = field(default_factory=VetoEvents)  # the Events telling pods kpe kept nodes out of their preemption

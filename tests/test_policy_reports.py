@@ -11,7 +11,7 @@ import pytest
 
 from engine.cel.ext.timestamps import Timestamp
 from engine.policy.loader import load_text
-from engine.reports.audit import Finding, audit_findings
+from engine.reports.audit import Finding, audit_findings, audit_projection
 from engine.reports.policyreport import AuditReports
 
 from server.cluster.apierrors import ApiError
@@ -255,7 +255,7 @@ def cut(whole: dict[str, Any], node: str) -> dict[str, Any]:
     return {"metadata": {k: whole["metadata"][k] for k in ("name", "namespace", "uid")}, "spec": {"nodeName": node}, "status": {"phase": "Running"}}
 
 
-def reporter(cache: Cache, api: Reports, **kw: Any) -> Any:
+def reporter(cache: Cache, api: Reports, *, clock: Any = lambda: 1_000.0) -> Any:
     from types import SimpleNamespace
 
     from server.reports.controller import AuditReporter
@@ -263,19 +263,25 @@ def reporter(cache: Cache, api: Reports, **kw: Any) -> Any:
 
     store = SimpleNamespace(current=load_text(POLICIES))
     state = SimpleNamespace(client=api, cache=cache, store=store, metrics=Metrics(), namespaces=lambda: None, dra=lambda: None)
-    made = AuditReporter(state, interval_s=1, clock=lambda: 1_000.0, **kw)  # type: ignore[arg-type]
+    made = AuditReporter(state, interval_s=1, clock=clock)  # type: ignore[arg-type]
     return made
 
 
-def test_a_pod_the_filter_verb_noted_keeps_its_finding_once_bound_though_the_cache_cuts_it() -> None:
+def kept_by_the_cache(whole: dict[str, Any], *, reports: bool) -> dict[str, Any]:
+    """A bound pod as kpe's cache keeps it: what the set reads of other pods, and with
+    --policy-reports what the Audit policies read of the pod they judge."""
+    policy_set = load_text(POLICIES)
+    projection = policy_set.pod_projection.union(audit_projection(policy_set)) if reports else policy_set.pod_projection
+    kept: dict[str, Any] = projection.apply(whole)
+    return kept
+
+
+def test_a_pod_created_bound_is_judged_from_what_the_cache_keeps_of_it() -> None:
     cache, api = Cache([PLAIN]), Reports()
     audit = reporter(cache, api)
-    whole = pod("fast", node="")
-    audit.note(whole)
-    assert audit.kept == {}, "a replica that does not lead keeps nothing"
-    audit.leading = True
-    audit.note(whole)
-    cache.put(cut(whole, "plain-1"))  # bound before any pass saw it pending
+    whole = pod("fast", node="plain-1")  # bound by another scheduler or a person: kpe never saw it pending
+    assert not kept_by_the_cache(whole, reports=False)["metadata"].get("labels"), "what the set reads of other pods lacks what matching reads"
+    cache.put(kept_by_the_cache(whole, reports=True))
     asyncio.run(audit.reconcile())
     audit.worker.close()
     [result] = api.objects["ml"]["results"]
@@ -283,20 +289,23 @@ def test_a_pod_the_filter_verb_noted_keeps_its_finding_once_bound_though_the_cac
     assert result["resources"] == [{"apiVersion": "v1", "kind": "Pod", "namespace": "ml", "name": "fast", "uid": "uid-fast"}]
 
 
-def test_kept_pods_go_when_the_cache_loses_them_or_they_finish_and_the_oldest_go_past_the_limit() -> None:
-    cache = Cache([PLAIN])
-    audit = reporter(cache, Reports(), max_kept=2)
-    audit.leading = True
-    for name in ("a", "b", "c"):
-        whole = pod(name)
-        cache.put(whole)
-        audit.note(whole)
-    assert list(audit.kept) == ["uid-b", "uid-c"]
-    del cache.by_uid["uid-b"]
-    cache.put({**cut(pod("c"), "plain-1"), "status": {"phase": "Succeeded"}})
-    cache.by_uid.pop("uid-a")
-    assert audit.subjects() == [] and audit.kept == {}
-    audit.worker.close()
+def test_a_new_leader_s_first_pass_finds_the_same_results_and_writes_nothing() -> None:
+    cache, api = Cache([PLAIN]), Reports()
+    for name in ("a", "b"):
+        cache.put(kept_by_the_cache(pod(name, node="plain-1"), reports=True))
+    cache.put(pod("waiting"))  # pending: its audit gate would hold it
+    first = reporter(cache, api)
+    asyncio.run(first.reconcile())
+    first.worker.close()
+    before = [dict(r) for r in api.objects["ml"]["results"]]
+    # A restart, or the Lease moving: a reporter that has seen nothing, a minute later.
+    second = reporter(cache, api, clock=lambda: 1_060.0)
+    calls = len(api.calls)
+    asyncio.run(second.reconcile())
+    second.worker.close()
+    assert [c.split(" ")[0] for c in api.calls[calls:]] == ["LIST"], "read, found the same, written nothing"
+    assert api.objects["ml"]["results"] == before and len(before) == 4
+    assert {r["timestamp"]["seconds"] for r in before} == {1_000}
 
 
 def test_a_bound_pod_s_findings_are_remembered_while_its_node_and_node_info_are_the_same_and_never_for_long() -> None:

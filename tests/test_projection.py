@@ -27,7 +27,7 @@ from engine.cluster.nodeinfo import is_active, node_info_map, pod_key
 from engine.policy.model import PolicySet
 from engine.decisions.preemption import preempt
 from engine.cluster.projection import EMPTY, EVERYTHING, KPE_READS, Projection, from_paths
-from engine.policy.reads import expression_reads, pod_projection, policy_reads
+from engine.policy.reads import expression_reads, pod_projection, policy_reads, subject_reads
 from engine.decisions.scoring import score_nodes
 from server.cluster.trim import is_projected, trim
 from tests.test_equivalence import cluster
@@ -416,3 +416,22 @@ def test_a_library_function_that_declares_what_it_reads_keeps_only_that() -> Non
     assert undeclared.render() == ["*"], "a function without a READS entry reads its argument whole"
     listed = expression_reads(parse("podCpu(nodeInfo.pods) < 4"), library)
     assert listed.render() == ["*"], "declared reads are of one pod, not of a list of them"
+
+
+def test_what_a_policy_reads_of_the_pod_it_decides_is_apart_from_what_it_reads_of_other_pods() -> None:
+    policy_set = load_text("""apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: cap}
+spec:
+  mode: Audit
+  filters:
+  - name: cap
+    expression: >-
+      nodeInfo.pods.filter(p, p.metadata.?labels[?'app'].orValue('') == pod.metadata.labels['app']).size() < 2
+      && pod.spec.?priorityClassName.orValue('') != 'batch'
+    messageExpression: "'too many of ' + pod.metadata.name"
+""")
+    # What the reports need of a bound pod to judge it again: the decided pod's reads only.
+    assert subject_reads(policy_set).render() == ["metadata.labels.app", "metadata.name", "spec.priorityClassName"]
+    # What the cache keeps of every bound pod for the other pods' decisions: nodeInfo's pods' reads only.
+    assert policy_reads(policy_set).render() == ["metadata.labels.app"]

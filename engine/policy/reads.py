@@ -69,7 +69,12 @@ _PASS_THROUGH = frozenset(("value", "orValue", "or"))
 
 
 class _Analysis:
-    def __init__(self, library: Library | None) -> None:
+    """``values`` and ``lists``: the variables whose values are (lists of) the pods analysed;
+    ``node_info``: whether ``nodeInfo.pods`` are (the cached pods are, the decided one is not)."""
+
+    def __init__(self, library: Library | None, *, values: tuple[str, ...] = POD_VALUES, lists: tuple[str, ...] = POD_LISTS,
+                 node_info: bool = True) -> None:
+        self.values, self.lists, self.node_info = values, lists, node_info
         self.root = Builder()
         self.reads: Mapping[str, tuple[Paths | None, ...]] = library.reads if library is not None else {}
         self.functions: Mapping[str, Any] = library.functions if library is not None else {}
@@ -183,11 +188,11 @@ class _Analysis:
                 if not name.startswith(".") and name in env:
                     return env[name]
                 plain = name.lstrip(".")
-                if plain == NODE_INFO:
+                if plain == NODE_INFO and self.node_info:
                     return frozenset([_NodeInfo()])
-                if plain in POD_LISTS:
+                if plain in self.lists:
                     return _POD_LIST
-                if plain in POD_VALUES:
+                if plain in self.values:
                     return frozenset([_Pod(())])
                 return _NONE
             case ast.Select(operand=operand, field=name):
@@ -345,11 +350,21 @@ def reads_variable(policies: PolicySet | Iterable[Policy], name: str) -> bool:
 
 def policy_reads(policies: PolicySet | Iterable[Policy], library: Library | None = None) -> Projection:
     """What the policies' expressions read of cached pods (without ``KPE_READS``)."""
+    return _reads(policies, library, subject=False)
+
+
+def subject_reads(policies: PolicySet | Iterable[Policy], library: Library | None = None) -> Projection:
+    """What the policies' expressions read of the pod they decide (``pod``): what a pod bound
+    long ago must still have to be judged again as it was when pending (PolicyReports)."""
+    return _reads(policies, library, subject=True)
+
+
+def _reads(policies: PolicySet | Iterable[Policy], library: Library | None, *, subject: bool) -> Projection:
     if library is None:
         from engine.cel import default_library
 
         library = default_library()
-    analysis = _Analysis(library)
+    analysis = _Analysis(library, values=("pod",), lists=(), node_info=False) if subject else _Analysis(library)
     try:
         for policy in (policies.policies if isinstance(policies, PolicySet) else policies):
             analysis.params = policy.params

@@ -36,12 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.cluster.nodeinfo import is_active, node_name, pod_key
+from engine.cluster.projection import EMPTY, Projection, from_paths
 from engine.decisions.admission import admit
 from engine.decisions.evaluation import matching_scopes, namespace_object, request_inputs
 from engine.decisions.filtering import NO_NODE_INFO, RuleEvent, evaluate_rule, filter_nodes, judge
 from engine.decisions.preemption import without_counted, without_victims
 from engine.policy.counts import reads_counts
 from engine.policy.model import PolicySet
+from engine.policy.reads import subject_reads
 
 FILTER, ADMISSION = "filter", "admission"
 FAIL, ERROR = "fail", "error"
@@ -92,6 +94,26 @@ class FindingsMemo:
     def keep_only(self, uids: set[str]) -> None:
         for uid in set(self._entries) - uids:
             del self._entries[uid]
+
+
+# What matching reads of the decided pod besides expressions: podSelector's labels, and the
+# resources ``match.resources`` looks for (engine.decisions.evaluation.matching_scopes).
+MATCH_READS = from_paths([("metadata", "labels"), ("spec", "containers", "resources"), ("spec", "initContainers", "resources")])
+_projections: dict[str, Projection] = {}  # by set generation (its content): worked out once per set
+
+
+def audit_projection(policy_set: PolicySet) -> Projection:
+    """What kpe's cache must keep of a bound pod, beyond what the set reads of other pods, for
+    the Audit policies to judge it as they would a pending pod: what their expressions read of
+    ``pod`` and what matching reads (EMPTY without Audit policies)."""
+    found = _projections.get(policy_set.generation)
+    if found is None:
+        audit = audit_only(policy_set)
+        found = EMPTY if audit is None else MATCH_READS.union(subject_reads(audit))
+        if len(_projections) >= 8:
+            _projections.pop(next(iter(_projections)))
+        _projections[policy_set.generation] = found
+    return found
 
 
 def audit_only(policy_set: PolicySet) -> PolicySet | None:

@@ -39,6 +39,19 @@ class AuditReports:
         self.max_results = max_results
         self._first_seen: dict[Seen, int] = {}
 
+    def recall(self, reports: Iterable[Mapping[str, Any]]) -> None:
+        """Take each result's first-found time from reports kpe wrote before (a new leader's,
+        or a restarted kpe's, first pass): the same findings then give the same reports, and
+        nothing is written again."""
+        for report in reports:
+            namespace = str((report.get("metadata") or {}).get("namespace") or "")
+            for found in report.get("results") or []:
+                resources = found.get("resources") or [{}]
+                key = (namespace, str(resources[0].get("name") or ""), str(found.get("policy") or ""), str(found.get("rule") or ""))
+                seconds = (found.get("timestamp") or {}).get("seconds")
+                if isinstance(seconds, int):
+                    self._first_seen.setdefault((key, str(found.get("message") or "")), seconds)
+
     def build(self, findings: Iterable[Finding], *, now_s: float) -> dict[str, dict[str, Any]]:
         """The PolicyReport of every namespace with findings, by namespace."""
         by_namespace: dict[str, list[Finding]] = {}

@@ -87,6 +87,7 @@ class ClusterCache:
         page_size: int = 500,
         policies: PolicyStore | None = None,
         projection: Projection | None = None,
+        also_keep: Callable[[PolicySet], Projection] | None = None,
         narrow_after_s: float = NARROW_AFTER_S,
         catch_up_s: float = CATCH_UP_S,
         in_flight: InFlight | None = None,
@@ -136,8 +137,11 @@ class ClusterCache:
         # What is kept of bound pods (see the module docstring): the served policy set's
         # projection, or everything without a policy store.
         self._store = policies
+        # More of a bound pod than the set reads of other pods, for a reader of kpe's own:
+        # the Audit policies' reads of the pod they judge, with --policy-reports.
+        self._also_keep = also_keep
         if projection is None:
-            projection = policies.current.pod_projection if policies is not None and policies.ready else EVERYTHING
+            projection = self.wanted(policies.current) if policies is not None and policies.ready else EVERYTHING
         self._projection = projection
         # Pods counted across nodes for the served set's ``counts`` (engine.cluster.counts), kept
         # with nodeInfo; a reload that counts by other labels recounts (``_recount``).
@@ -287,7 +291,7 @@ class ClusterCache:
         if store is not None:
             store.add_swap_guard(self._before_swap)
             if store.ready:  # a set swapped in before the guard was there: nothing is cached yet
-                self._projection = self._projection.union(store.current.pod_projection)
+                self._projection = self._projection.union(self.wanted(store.current))
                 self.recount(store.current.counts)
                 if reads_namespace(store.current):
                     self.namespaces.start(stop)
@@ -337,13 +341,19 @@ class ClusterCache:
         keep what they have (more than it, which no decision can tell)."""
         self._projection = projection
 
+    def wanted(self, policy_set: PolicySet) -> Projection:
+        """What to keep of bound pods under ``policy_set``."""
+        if self._also_keep is None:
+            return policy_set.pod_projection
+        return policy_set.pod_projection.union(self._also_keep(policy_set))
+
     def _before_swap(self, candidate: PolicySet) -> None:
         """The policy store's swap guard, called in its reload thread before ``candidate``
         serves. A set that reads pod fields the cache drops waits here (the old set serving
         meanwhile) until the pods are listed again with them; a set that reads fewer has the
         cache keep fewer, ``narrow_after_s`` after the swap."""
         loop = self._loop
-        wanted = candidate.pod_projection
+        wanted = self.wanted(candidate)
         if loop is not None and not loop.is_closed() and self._stop is not None and not self.namespaces.started and reads_namespace(candidate):
             self.namespaces.start_before_swap(loop, self._stop)
         if loop is not None and not loop.is_closed() and self._stop is not None and not self.devices.started and reads_dra(candidate):
@@ -398,8 +408,8 @@ class ClusterCache:
 
     def _narrow_if_serving(self, candidate: PolicySet) -> None:
         store = self._store
-        if store is not None and store.ready and store.current is candidate and self._projection.covers(candidate.pod_projection):
-            self.narrow(candidate.pod_projection)
+        if store is not None and store.ready and store.current is candidate and self._projection.covers(self.wanted(candidate)):
+            self.narrow(self.wanted(candidate))
 
     def enter(self, kind: str, obj: Obj) -> Obj:
         """What the cache keeps of an object as it enters: trimmed, and a bound pod projected. Until

@@ -57,21 +57,30 @@ class ReportWriter:
                 return found
             params = {"labelSelector": SELECTOR, "limit": PAGE, "continue": token}
 
+    async def held(self) -> tuple[Mapping[str, Obj] | None, bool]:
+        """kpe's reports as the cluster holds them (None without the PolicyReport CRD), and
+        whether they were read just now (a new leader's first pass, or after a failed write)."""
+        if self._written is not None:
+            return self._written, False
+        try:
+            self._written = await self._read()
+        except ApiError as exc:
+            if exc.status == 404:
+                if not self._missing_crd_logged:
+                    log.warning("no PolicyReports written: the API does not serve %s/policyreports (install the PolicyReport CRD)", POLICY_REPORTS)
+                    self._missing_crd_logged = True
+                return None, False
+            raise
+        self._missing_crd_logged = False
+        return self._written, True
+
     async def write(self, wanted: Mapping[str, Obj]) -> int:
         """Make the cluster hold ``wanted`` (namespace -> report) and no other report of kpe's;
         returns how many writes it took."""
-        if self._written is None:
-            try:
-                self._written = await self._read()
-            except ApiError as exc:
-                if exc.status == 404:
-                    if not self._missing_crd_logged:
-                        log.warning("no PolicyReports written: the API does not serve %s/policyreports (install the PolicyReport CRD)", POLICY_REPORTS)
-                        self._missing_crd_logged = True
-                    return 0
-                raise
-            self._missing_crd_logged = False
+        await self.held()
         written = self._written
+        if written is None:
+            return 0
         writes = 0
         try:
             for namespace, report in wanted.items():

@@ -135,8 +135,6 @@ def _after_filter(
     state.count_equivalence("filter", result.memo_hits, result.memo_misses)
     state.metrics.count_rules("filter", result.rule_counts, result.errors, result.audit_rejections)
     state.metrics.count_rejections(result.rejections)
-    if state.audit_notes is not None and result.audit_rejections:
-        state.audit_notes.note(args.pod)
     if state.requeue is not None:
         if failed or result.unresolvable:
             state.requeue.remember(args.pod, policy_set.generation, policies=frozenset(rule.split("/", 1)[0] for rule in result.rejections))

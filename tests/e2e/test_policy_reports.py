@@ -6,6 +6,7 @@ rejected, and the report shrinks as the pods go, then goes with the last of them
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import yaml
@@ -87,3 +88,65 @@ def test_an_audit_policy_s_report_names_the_pods_it_would_have_rejected_and_shri
     assert kpe.metric("kpe_policy_report_writes_total", action="created") == 1
     assert kpe.metric("kpe_policy_report_writes_total", action="deleted") >= 1
     assert kpe.metric("kpe_policy_report_writes_total", action="failed") == 0
+
+
+def test_the_report_covers_pods_created_bound_and_survives_a_restart_and_a_leader_change(cluster: Cluster) -> None:
+    """A background scan: pods kpe never saw pending (created bound, as a static pod or another
+    scheduler's) are reported too, and a restarted kpe or a new leader computes before it
+    writes: sampled every 0.5 s, the report never holds fewer results than the pods it names."""
+    import threading
+
+    ns = cluster.namespace
+    install_policy_report_crd(cluster)
+    cluster.plane.apply_rbac(REPO / "deploy" / "policy-reports" / "rbac.yaml")
+    cluster.write_policy("gpu-only.yaml", POLICY.format(namespace=ns))
+    nodes = [f"{ns}-plain-{i}" for i in range(2)]
+    for node in nodes:
+        cluster.node(node)
+    lease = f"{ns}-reports"[-63:]
+    flags = ("--policy-reports", "--policy-report-interval-s", "0.5", "--lease-name", lease, "--lease-duration-s", "3")
+    first = cluster.start_kpe(identity="kpe-a", extra=flags)
+    cluster.start_scheduler(first)
+    scheduled = ["trainer-0", "trainer-1"]
+    for name in scheduled:
+        cluster.api.pod(ns, name, labels={"app": "trainer"})
+    created_bound = ["trainer-static-0", "trainer-static-1"]
+    for i, name in enumerate(created_bound):
+        cluster.api.pod(ns, name, labels={"app": "trainer"}, node=nodes[i % 2])
+    cluster.wait_bound(scheduled + created_bound)
+    everyone = sorted(scheduled + created_bound)
+    wait_until(lambda: named(report(cluster)) == everyone, 30, "a report naming the scheduled and the created-bound trainers")
+
+    counts: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            counts.append(len(named(report(cluster))))
+            done.wait(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        # A restart of the only replica (SIGTERM: it gives the Lease up), then a second replica,
+        # and the Lease moved to it by stopping the first.
+        first.process.stop()
+        first = cluster.start_kpe(identity="kpe-a", extra=flags, ports=first.ports)
+        second = cluster.start_kpe(identity="kpe-b", extra=flags)
+        wait_until(lambda: first.metric("kpe_gate_controller_leader") == 1, 30, "the restarted replica to lead")
+        time.sleep(2)  # its passes run
+        first.process.stop()
+        wait_until(lambda: second.metric("kpe_gate_controller_leader") == 1, 30, "the Lease to move to the second replica")
+        time.sleep(2)
+        assert named(report(cluster)) == everyone
+        # It shrinks as pods go, and only then.
+        cluster.api.delete(f"/api/v1/namespaces/{ns}/pods/trainer-static-0", grace=0)
+        wait_until(lambda: len(named(report(cluster))) == 3, 30, "the report to drop the deleted pod")
+        time.sleep(1)
+    finally:
+        done.set()
+        sampler.join()
+    print(f"\n[e2e policy reports across restarts] {cluster.plane.binaries.version}: results sampled every 0.5 s: {counts}")
+    assert counts and counts[0] == 4 and min(counts[: counts.index(3)] if 3 in counts else counts) == 4, counts
+    assert counts == sorted(counts, reverse=True), "never fewer, then more"
+    assert second.metric("kpe_policy_report_writes_total", action="created") == 0, "the new leader found the report as it would write it"
