@@ -308,7 +308,7 @@ def test_a_new_leader_s_first_pass_finds_the_same_results_and_writes_nothing() -
     assert {r["timestamp"]["seconds"] for r in before} == {1_000}
 
 
-def test_a_bound_pod_s_findings_are_remembered_while_its_node_and_node_info_are_the_same_and_never_for_long() -> None:
+def test_a_bound_pod_s_findings_are_remembered_while_its_node_and_node_info_are_the_same_and_not_for_long_when_rules_read_now() -> None:
     from engine.reports.audit import FindingsMemo
 
     clock = [0.0]
@@ -327,9 +327,16 @@ def test_a_bound_pod_s_findings_are_remembered_while_its_node_and_node_info_are_
     assert memo.hits == 1
     clock[0] = 61
     again()
-    assert memo.hits == 1, "too old: evaluated again (rules may read now)"
+    assert memo.hits == 2, "no rule reads now: as true a minute later as when worked out"
+    # A rule that reads now: never older than max_age_s.
+    policies = load_text(POLICIES.replace("== 'true'\"", "== 'true' || now < timestamp('2000-01-01T00:00:00Z')\""))
     again()
-    assert memo.hits == 2
+    assert memo.hits == 2, "another set: evaluated again"
+    clock[0] = 122
+    again()
+    assert memo.hits == 2, "too old: evaluated again (the rule reads now)"
+    again()
+    assert memo.hits == 3
     bound.clear()
     assert again() == [] and memo.get("uid-a", ()) is None, "a pod gone is forgotten"
 

@@ -23,7 +23,7 @@ Most pods of a pass are bound and nothing about them changed since the last one,
 pod's findings are remembered (``FindingsMemo``) while the set, the pod's node, the node's
 ``nodeInfo`` (a view kpe's cache replaces, never changes) and its Namespace are the same
 objects, and so is the cluster's ``dra`` (replaced whenever a DRA object changes), for at
-most ``max_age_s`` (rules that read ``now``); never for a set whose Audit policies read
+most ``max_age_s`` when an Audit rule reads ``now``; never for a set whose Audit policies read
 ``counts``, which change with pods on other nodes.
 """
 
@@ -43,7 +43,7 @@ from engine.decisions.filtering import NO_NODE_INFO, RuleEvent, evaluate_rule, f
 from engine.decisions.preemption import without_counted, without_victims
 from engine.policy.counts import reads_counts
 from engine.policy.model import PolicySet
-from engine.policy.reads import subject_reads
+from engine.policy.reads import reads_variable, subject_reads
 
 FILTER, ADMISSION = "filter", "admission"
 FAIL, ERROR = "fail", "error"
@@ -79,11 +79,13 @@ class FindingsMemo:
         self._entries: dict[str, tuple[tuple[Any, ...], float, list[Finding]]] = {}
         self.hits = 0
 
-    def get(self, uid: str, depends: tuple[Any, ...]) -> list[Finding] | None:
+    def get(self, uid: str, depends: tuple[Any, ...], *, timed: bool = True) -> list[Finding] | None:
+        """The findings kept for ``uid`` if they were worked out from the same ``depends``;
+        ``timed``: the rules read ``now``, so findings older than ``max_age_s`` are not used."""
         entry = self._entries.get(uid)
         if entry is None or len(entry[0]) != len(depends) or any(a is not b for a, b in zip(entry[0], depends)):
             return None
-        if self.clock() - entry[1] > self.max_age_s:
+        if timed and self.clock() - entry[1] > self.max_age_s:
             return None
         self.hits += 1
         return entry[2]
@@ -147,6 +149,9 @@ def audit_findings(
     if memo is not None and any(reads_counts(p) for p in audit.policies):
         memo.keep_only(set())
         memo = None
+    # Findings of rules that do not read `now` stay true while what they read is the same
+    # objects: at 150,000 bound pods a pass outlasts any age limit, and would never reuse one.
+    timed = reads_variable(audit, "now")
     by_name = {node_name(n): n for n in nodes}
     findings: list[Finding] = []
     remembered: set[str] = set()
@@ -164,7 +169,7 @@ def audit_findings(
                 findings += _on_its_node(audit, pod, node, node_info, counts, namespaces, dra, now, where)
                 continue
             depends = (policy_set, node, node_info.get(bound) if node_info is not None else None, namespace_object(pod, namespaces), dra)
-            found = memo.get(where[2], depends)
+            found = memo.get(where[2], depends, timed=timed)
             if found is None:
                 found = _on_its_node(audit, pod, node, node_info, counts, namespaces, dra, now, where)
                 memo.put(where[2], depends, found)
