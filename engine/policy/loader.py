@@ -17,7 +17,7 @@ from engine.errors import Location, PolicyError, PolicyLoadError
 from engine.policy.counts import count_specs
 from engine.policy.reads import pod_projection
 from engine.policy.model import SYSTEM_NAMESPACES, Policy, PolicySet
-from engine.policy.schema import validate
+from engine.policy.schema import TOO_LONG, validate
 
 POLICY_KIND = "SchedulingPolicy"
 RESERVATION_KIND = "Reservation"  # engine.policy.reservation
@@ -117,7 +117,9 @@ def compile_documents(
             continue
         schema_errors = validate(doc, policy=name)
         if schema_errors:
-            errors += schema_errors + _compile_despite_schema_errors(doc, cost_limits)
+            # A value over its length limit is refused, not compiled: a 7 MB expression took a minute and a half.
+            oversized = any(TOO_LONG in e.message for e in schema_errors)
+            errors += schema_errors + ([] if oversized else _compile_despite_schema_errors(doc, cost_limits))
             continue
         if name in first_seen:
             errors.append(

@@ -68,8 +68,19 @@ def _extra_keys(err: jsonschema.ValidationError) -> list[str]:
     return sorted(k for k in instance if k not in allowed) if isinstance(instance, dict) else []
 
 
+QUOTE_LIMIT = 80  # characters of an offending value a message quotes: a 7 MB expression is not printed back
+TOO_LONG = "characters long, more than the"  # in maxLength's message; the loader compiles no such document
+
+
+def _quoted(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= QUOTE_LIMIT else f"{text[:QUOTE_LIMIT]}… ({len(text):,} characters)"
+
+
 def _message(err: jsonschema.ValidationError) -> str:
     v = err.validator
+    if v == "maxLength" and isinstance(err.instance, str):
+        return f"{_quoted(err.instance)} is {len(err.instance):,} {TOO_LONG} {err.validator_value:,} allowed"
     if v == "additionalProperties":
         extras = _extra_keys(err)
         allowed = ", ".join(sorted(err.schema.get("properties", {})))
@@ -82,14 +93,15 @@ def _message(err: jsonschema.ValidationError) -> str:
         options = ", ".join(opt["required"][0] for opt in err.validator_value)
         return f"needs at least one of: {options}"
     if v == "enum":
-        return f"must be one of {', '.join(map(str, err.validator_value))}, not {err.instance!r}"
+        return f"must be one of {', '.join(map(str, err.validator_value))}, not {_quoted(err.instance)}"
     if v == "const":
-        return f"must be {err.validator_value!r}, not {err.instance!r}"
+        return f"must be {err.validator_value!r}, not {_quoted(err.instance)}"
     if v == "type":
         return f"must be of type {err.validator_value}, not {_json_type(err.instance)}"
     if v == "pattern":
-        return f"{err.instance!r} does not match the required pattern {err.validator_value}"
-    return str(err.message)
+        return f"{_quoted(err.instance)} does not match the required pattern {err.validator_value}"
+    message = str(err.message)
+    return message if len(message) <= 4 * QUOTE_LIMIT else f"{message[: 4 * QUOTE_LIMIT]}… ({len(message):,} characters)"
 
 
 def _json_type(value: Any) -> str:
