@@ -224,8 +224,10 @@ class ClusterCache:
         return all(inf.connected for inf in self._watching())
 
     def _watching(self) -> list[Informer]:
-        return [*self._informers.values(), *((self.namespaces.informer,) if self.namespaces.started else ()), *self.configmaps.informers,
-                *self.devices.watching]
+        # Not paramsFrom's ConfigMaps: one policy naming a namespace kpe may not read would make
+        # every replica unready and every node-name request an error. Such a policy acts on its
+        # parameterNotFoundAction, and /readyz says why (``ConfigMaps.problems``).
+        return [*self._informers.values(), *((self.namespaces.informer,) if self.namespaces.started else ()), *self.devices.watching]
 
     def disconnection(self) -> tuple[float, str] | None:
         """None while the cache is connected; else for how many seconds it has not been, and why."""

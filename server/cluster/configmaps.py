@@ -12,7 +12,9 @@ generation serves, which the gate controller and the requeue after a reload act 
 This is the store's ``ParamsSource``: ``values()`` for each load, and ``ensure(refs)``, called
 in the reload thread when a new set names a ConfigMap not watched yet, which starts the watch
 and returns once it is listed, so that set is compiled again with the values before it serves.
-While a watch is broken, the cache is not current (``ClusterCache.connected``).
+A namespace whose ConfigMaps cannot be read (no RBAC there, a typo) makes no replica unready
+and keeps no node-name request from being answered: the policies naming it act on their
+``parameterNotFoundAction``, and ``/readyz`` says so in its detail (``problems``).
 """
 
 from __future__ import annotations
@@ -100,7 +102,18 @@ class ConfigMaps:
         return dict(self.data)
 
     def covers(self, refs: frozenset[Ref]) -> bool:
-        return refs <= self.named and all(ns in self.namespaces and self.namespaces[ns][0].listed.is_set() for ns, _ in refs)
+        """Whether ``refs`` are watched and their namespaces listed, or their lists failed (a
+        namespace kpe may not read: its ConfigMaps are not found, and a reload does not wait
+        ``ENSURE_TIMEOUT_S`` for them each time; the list that succeeds later is a change)."""
+        return refs <= self.named and all(
+            ns in self.namespaces and (self.namespaces[ns][0].listed.is_set() or self.namespaces[ns][1].error is not None) for ns, _ in refs
+        )
+
+    def problems(self) -> dict[str, str]:
+        """Namespaces whose ConfigMaps are not current, and why (a 403: the RBAC of deploy/ does
+        not cover them). They make no replica unready: only the policies that take params from
+        there are affected, as their parameterNotFoundAction says."""
+        return {ns: informer.error or informer.why for ns, (_, informer, _) in sorted(self.namespaces.items()) if not informer.connected}
 
     def ensure(self, refs: frozenset[Ref]) -> None:
         """Watch ``refs`` too, and return once they are listed (in the reload thread; at once

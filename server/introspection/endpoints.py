@@ -68,11 +68,16 @@ async def readyz(request: Request) -> Response:
         problems.append(f"node and pod cache not connected to the API server for {lost[0]:.0f} s ({lost[1]})")
     if problems:
         return PlainTextResponse("not ready: " + "; ".join(problems), status_code=503)
+    # Ready all the same with these: a replica that refused to serve would fail every pod
+    # kube-scheduler sends it, for one policy's sake.
+    notes = []
     if state.store.degraded is not None:
-        # Ready all the same: a replica that refused to serve would fail every pod kube-scheduler
-        # sends it, while the fallback set keeps the protection that was served (PolicyStore.fall_back).
-        return PlainTextResponse(f"ok, on a fallback set: {state.store.degraded}")
-    return PlainTextResponse("ok")
+        # The fallback set keeps the protection that was served (PolicyStore.fall_back).
+        notes.append(f"on a fallback set: {state.store.degraded}")
+    if state.cache is not None and (unread := state.cache.configmaps.problems()):
+        listed = "; ".join(f"namespace {ns}: {why}" for ns, why in unread.items())
+        notes.append(f"policy params not read ({listed}): the policies taking params from there act on their parameterNotFoundAction")
+    return PlainTextResponse("ok" + "".join(f", {note}" for note in notes))
 
 
 @guarded

@@ -72,3 +72,54 @@ def test_pods_held_at_a_team_cap_from_a_config_map_are_released_within_2_s_of_it
         assert released < 2.0
     finally:
         cluster.api.delete(f"{path}/{config_map}")
+
+
+FORBIDDEN = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {{name: pool-from-elsewhere}}
+spec:
+  match: {{namespaces: [{namespace}], podSelector: {{matchLabels: {{app: batch}}}}}}
+  paramsFrom:
+    configMap: {{namespace: {elsewhere}, name: pools}}
+    parameterNotFoundAction: Deny
+  params: {{pool: a}}
+  filters:
+  - name: pool
+    expression: "node.metadata.?labels[?'pool'].orValue('') == params.pool"
+    message: not in the batch pool
+"""
+POOL_A_ONLY = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {{name: web-pool}}
+spec:
+  match: {{namespaces: [{namespace}], podSelector: {{matchLabels: {{app: web}}}}}}
+  filters:
+  - name: pool
+    expression: "node.metadata.?labels[?'pool'].orValue('') == 'a'"
+    message: not in pool a
+"""
+
+
+def test_a_policy_whose_params_kpe_may_not_read_affects_only_its_own_pods_and_no_replica_goes_unready(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    elsewhere = f"{ns}-team"[-63:]
+    cluster.api.namespace(elsewhere)  # a namespace deploy/'s RBAC does not cover: its ConfigMaps answer 403
+    cluster.write_policy("batch.yaml", FORBIDDEN.format(namespace=ns, elsewhere=elsewhere))
+    cluster.write_policy("web.yaml", POOL_A_ONLY.format(namespace=ns))
+    for pool in ("a", "b"):
+        cluster.node(f"{ns}-{pool}", labels={"pool": pool})
+    replicas = [cluster.start_kpe(identity=name) for name in ("kpe-a", "kpe-b")]  # start_kpe waits for each one's /readyz
+    cluster.start_scheduler(replicas[0])
+    # The other policies keep deciding, through node names (the cache answers them).
+    cluster.api.pod(ns, "web-1", labels={"app": "web"})
+    assert cluster.wait_bound(["web-1"])["web-1"] == f"{ns}-a"
+    # The policy with no params: Deny, under its failurePolicy (Fail): no node for its pods.
+    cluster.api.pod(ns, "batch-1", labels={"app": "batch"})
+    decided = wait_until(lambda: replicas[0].http.get("/apis/v1/decisions", params={"pod": f"{ns}/batch-1"}).json()["decisions"], 30, "kpe to decide batch-1")
+    assert "batch-1" not in cluster.bound()
+    for kpe in replicas:
+        ready = kpe.health.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert f"policy params not read (namespace {elsewhere}: configmaps: 403" in ready.text, ready.text
+    problem = next(p for p in replicas[0].http.get("/apis/v1/policies").json()["policies"] if p["name"] == "pool-from-elsewhere")
+    print(f"\n[e2e paramsFrom forbidden] /readyz: {replicas[0].health.get('/readyz').text}\n  decision: {decided[0].get('reasons') or decided[0]}\n  policy: {problem}")
