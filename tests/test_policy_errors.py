@@ -83,3 +83,20 @@ spec:
         f"{tmp_path / 'p.yaml'}:7:17: error[KPE200] huge: spec.filters[0].expression: \"node.metadata.name == node.metadata.name == "
         "node.metadata.name == node.metadata… (22,005 characters) is 22,003 characters long, more than the 10,000 allowed"
     )
+
+
+def test_libyaml_and_python_give_the_same_documents_and_positions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.policy import documents
+
+    if documents._FAST is None:
+        pytest.skip("PyYAML without libyaml: only the Python parser runs")
+    root = Path(__file__).resolve().parent.parent / "policies"
+    texts = {path.name: path.read_text() for path in sorted(root.glob("*.yaml"))}
+    fast = {name: documents.load_documents(text, name) for name, text in texts.items()}
+    monkeypatch.setattr(documents, "_FAST", None)
+    slow = {name: documents.load_documents(text, name) for name, text in texts.items()}
+    assert len(fast) >= 10
+    for name in texts:
+        (fast_docs, fast_errors), (slow_docs, slow_errors) = fast[name], slow[name]
+        assert fast_errors == slow_errors == []
+        assert [(d.data, d.positions, d.key_positions) for d in fast_docs] == [(d.data, d.positions, d.key_positions) for d in slow_docs], name

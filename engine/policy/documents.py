@@ -60,12 +60,23 @@ def format_path(path: Path) -> str:
     return out
 
 
+_FAST: Any = getattr(yaml, "CSafeLoader", None)
+
+
 def load_documents(text: str, file: str) -> tuple[list[Document], list[PolicyError]]:
     """Every non-empty document in ``text``; YAML errors are returned, not raised."""
     docs: list[Document] = []
     errors: list[PolicyError] = []
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        # libyaml's parser when PyYAML has it: the same nodes and marks, about 80 times faster
+        # (a 7.9 MB file: 0.16 s against 13.6 s). A file it refuses is parsed again in Python,
+        # whose messages are the ones kpe has always shown.
+        nodes = list(yaml.compose_all(text, Loader=_FAST)) if _FAST is not None else None
+    except yaml.YAMLError:
+        nodes = None
+    try:
+        if nodes is None:
+            nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
@@ -95,7 +106,7 @@ class _Builder:
         self.constructor = yaml.SafeLoader("")
 
     def build(self, node: yaml.Node, path: Path) -> Any:
-        style = getattr(node, "style", None)
+        style = getattr(node, "style", None) or None  # libyaml says '' for plain, PyYAML None
         self.doc.positions[path] = Position(node.start_mark.line + 1, node.start_mark.column + 1, style)
         if isinstance(node, yaml.MappingNode):
             out: dict[Any, Any] = {}
