@@ -245,3 +245,31 @@ def test_a_reloaded_set_that_counts_by_other_labels_has_the_cache_count_them_bef
     assert cache.count_index.specs.domains == candidate.counts.domains
     assert Counts(cache.count_index).source is cache.count_index
     assert cache.count_index.in_domain(node("x", "a"), ZONE, (("app",), ("web",))) == 1
+
+
+NAMESPACED_ZONE_CAP = ZONE_CAP.replace("{'app': pod.metadata.labels.app}", "{'app': pod.metadata.labels.app, 'kpe.dev/namespace': pod.metadata.namespace}")
+
+
+def in_namespace(made: dict[str, Any], namespace: str) -> dict[str, Any]:
+    return {**made, "metadata": {**made["metadata"], "namespace": namespace, "uid": f"{namespace}-{made['metadata']['uid']}"}}
+
+
+def test_a_cap_scoped_to_the_pod_s_namespace_counts_no_other_namespace_s_app_of_the_same_name() -> None:
+    # Two pods named app=web in zone a, but in another team's namespace.
+    cluster = [in_namespace(pod("w1", "a1"), "other-team"), in_namespace(pod("w2", "a2"), "other-team")]
+    for text, passed in ((ZONE_CAP, ["b1", "c1"]), (NAMESPACED_ZONE_CAP, ["a1", "a2", "b1", "c1"])):
+        loaded = policies(text)
+        counts = Counts(CountIndex.build(loaded.counts, NODES, cluster))
+        assert plain_filter(loaded, pod("new"), NODES, node_info={}, counts=counts).passed == passed, text
+    # The namespace's own pods count, kept from the watch and adjusted for pods in flight.
+    loaded = policies(NAMESPACED_ZONE_CAP)
+    index = CountIndex.build(loaded.counts, NODES, cluster)
+    index.set_pod("shop/w3", pod("w3", "a1"))
+    in_flight = InFlight(clock=lambda: 0.0)
+    in_flight.passed(pod("f1"), ["a2"])
+    in_flight.passed(in_namespace(pod("f2"), "other-team"), ["b1"])
+    result = plain_filter(loaded, pod("new"), NODES, node_info={}, counts=Counts(index))
+    assert result.passed == ["a1", "a2", "b1", "c1"]
+    adjusted = in_flight_counts(index, in_flight, pod("new"))
+    count_across(result, loaded, pod("new"), NODES, adjusted, node_info={})
+    assert result.passed == ["b1", "c1"], "w3 bound in zone a, f1 in flight there: two of the namespace's web pods"

@@ -13,6 +13,10 @@ kpe's cache (``server.cluster.cache``) keeps one ``CountIndex`` from the watch; 
 and ``kpe explain`` build one from their fixtures. ``Adjusted`` is the same counts with pods
 taken out (the victims of a preemption) or added where they may be (pods in flight).
 Written on the event loop, read by the evaluation worker: a read is a few ``dict.get``.
+
+``kpe.dev/namespace`` in a selector is no label: it is the pod's namespace, so a team's cap
+counts its own namespace's pods only (``{'app': pod.metadata.labels.app, 'kpe.dev/namespace':
+pod.metadata.namespace}``); an app of the same name in another namespace is another app.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from engine.cluster.nodeinfo import is_active, pod_key
 
 Keys = tuple[str, ...]
 Values = tuple[str, ...]
+NAMESPACE = "kpe.dev/namespace"  # a selector key for the pod's namespace (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,17 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
             return labels
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
     return labels if isinstance(labels, Mapping) else {}
+
+
+def _pod_labels(pod: Mapping[str, Any], keys: Iterable[Keys]) -> Mapping[str, Any]:
+    """A pod's labels as selectors see them: with its namespace under ``NAMESPACE`` when a
+    selector's keys ask for it."""
+    labels = _labels(pod)
+    if any(NAMESPACE in k for k in keys):
+        meta = pod.get("metadata")
+        namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+        return {**labels, NAMESPACE: namespace if isinstance(namespace, str) and namespace else "default"}
+    return labels
 
 
 def _values(labels: Mapping[str, Any], keys: Keys) -> Values | None:
@@ -135,7 +151,7 @@ class CountIndex:
         node = (pod.get("spec") or {}).get("nodeName")
         if not isinstance(node, str) or not node:
             return
-        labels = _labels(pod)
+        labels = _pod_labels(pod, self._key_sets)
         counted = tuple((keys, values) for keys in self._key_sets if (values := _values(labels, keys)) is not None)
         if counted:
             self._add(key, node, counted)
@@ -253,7 +269,7 @@ class Adjusted:
         self._per_domain: dict[tuple[str, Selector], tuple[dict[str, int], int]] = {}
 
     def _matching(self, pod: Mapping[str, Any], selector: Selector) -> bool:
-        return _values(_labels(pod), selector[0]) == selector[1]
+        return _values(_pod_labels(pod, (selector[0],)), selector[0]) == selector[1]
 
     def _tables(self, topology: str, selector: Selector) -> tuple[dict[str, int], int]:
         """(matching pods per domain, how many domains can hold one)."""
