@@ -610,7 +610,8 @@ def test_over_http_a_node_or_pod_change_reaches_the_next_answer_and_hits_are_cou
         api.state.add_node({"metadata": {"name": "node-a", "labels": {"pool": "ml"}}})
         api.state.add_node({"metadata": {"name": "node-b", "labels": {"pool": "web"}}})
         # The pods are filtered and never bound: not counted in flight (tests/test_in_flight.py), as once bound.
-        settings = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on", in_flight_s=0)
+        settings = Settings(policies=str(tmp_path / "pools.yaml"), kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), cluster="on", in_flight_s=0,
+                            warm_classes=False)  # exact hits: no class filled ahead in the background between requests
         with serve(create_app(settings)) as url:
             eventually(lambda: httpx.get(url + "/readyz").status_code == 200)
 
