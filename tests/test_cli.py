@@ -112,6 +112,20 @@ def test_explain_shows_each_node_with_verdict_reason_and_score() -> None:
     assert {n["node"]: n["score"] for n in report["nodes"]} == {"gpu-a1": 10, "gpu-b1": 0, "gpu-a2-maintenance": None, "cpu-a1": None}
 
 
+def test_explain_names_each_input_a_policy_reads_that_files_did_not_give() -> None:
+    argv = ["explain", "--output", "json", "--policies", str(ROOT / "policies" / "keep-general-off-gpu.yaml"),
+            "--pod", str(EXAMPLES / "pod-gpu-benchmark.yaml"), "--nodes", str(EXAMPLES / "nodes.yaml")]
+    code, out = run(*argv)
+    assert code == 0
+    assert json.loads(out)["lacking"] == [
+        {"policy": "keep-general-off-gpu", "input": "dra", "note": "dra has no DRA objects: none can be given from files"},
+        {"policy": "keep-general-off-gpu", "input": "namespaceObject", "note": "namespaceObject is null: no --namespaces given"},
+    ]
+    # Given, it is not named; the verdict it changed changes with it (docs/guides/namespaces-and-params.md).
+    code, out = run(*argv, "--namespaces", str(EXAMPLES / "namespaces.yaml"))
+    assert [lack["input"] for lack in json.loads(out)["lacking"]] == ["dra"]
+
+
 def test_the_installed_command_runs_as_a_process() -> None:
     done = subprocess.run([sys.executable, "-m", "server.cli", "check", "policies"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -15,7 +15,8 @@ from engine.decisions.filtering import FilterResult, filter_nodes
 from engine.reservations.heldroom import Homes, keep_off
 from engine.cluster.counts import counts_of
 from engine.cluster.nodeinfo import node_info_map, node_name
-from engine.policy.model import PolicySet
+from engine.policy.model import Policy, PolicySet
+from engine.policy.reads import policy_expressions
 from engine.decisions.scoring import ScoreResult, score_nodes
 from engine.reports.tables import render_table
 
@@ -35,6 +36,9 @@ class Report:
     """The final score (0..10) of each node that passes the filters, spread over those nodes
     alone: kube-scheduler sends prioritize only the nodes that passed (docs/guides/scores.md).
     None: every node's score as ``score`` gives it."""
+    lacking: list[dict[str, str]] | None = None
+    """Inputs a policy that decides (or whose match decides) reads and the caller did not
+    give (``missing``): what makes a verdict differ from the cluster's."""
 
     def to_dict(self) -> dict[str, Any]:
         scores = {s.node: s for s in self.score.explanation or []}
@@ -52,6 +56,8 @@ class Report:
         head: dict[str, Any] = {"generation": self.generation, "pod": self.pod}
         if self.workload:
             head["workload"] = self.workload
+        if self.lacking:
+            head["lacking"] = self.lacking
         return {
             **head,
             "matchedPolicies": self.matched,
@@ -79,12 +85,14 @@ def explain(
     homes: Homes | None = None,
     counts: Any = None,
     namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
+    missing: frozenset[str] = frozenset(),
 ) -> Report:
     """Evaluate every decision for ``pod`` with explanations switched on. ``homes``: where
     the reservations' slots are (``engine.reservations.slots``), so non-owners are kept out of reserved
     room in transit as the filter verb keeps them. ``counts``: what ``counts`` reads (default:
 counted over ``nodes`` and ``cluster_pods``). ``namespaces``: Namespace objects by name
-(the pod's is ``namespaceObject``)."""
+(the pod's is ``namespaceObject``). ``missing``: the inputs of ``LACKS`` the caller could not give
+(``kpe explain`` from files), named next to the policies that read them."""
     now = now if now is not None else current_time()
     info = node_info if node_info is not None else node_info_map(nodes, cluster_pods)
     counts = counts_of(policy_set.counts, nodes, cluster_pods) if counts is None else counts
@@ -108,7 +116,42 @@ counted over ``nodes`` and ``cluster_pods``). ``namespaces``: Namespace objects 
         score=scored,
         admission=admission,
         final=final,
+        lacking=lacking(policy_set, filtered.matched, missing) if missing else None,
     )
+
+
+# What each input is when the caller did not give it, for the note next to a policy that reads it.
+LACKS = {
+    "namespaceObject": "namespaceObject is null: no --namespaces given",
+    "nodeInfo": "nodeInfo has no pods on any node: no --cluster-pods given",
+    "counts": "every count is 0: no --cluster-pods given",
+    "dra": "dra has no DRA objects: none can be given from files",
+    "params": "params are the policy's own (spec.params), not its paramsFrom ConfigMap's: not read from files",
+}
+
+
+def lacking(policy_set: PolicySet, matched: Sequence[str], missing: frozenset[str]) -> list[dict[str, str]]:
+    """Per policy that matched (or whose match expression reads one), each input in
+    ``missing`` it reads: a verdict that may differ from the cluster's, said next to it."""
+    out = []
+    for policy in policy_set.policies:
+        reads = _reads(policy)
+        match_reads = _reads(policy, match_only=True)
+        for name in sorted(missing):
+            if name in reads and (policy.name in matched or name in match_reads):
+                out.append({"policy": policy.name, "input": name, "note": LACKS[name]})
+    return out
+
+
+def _reads(policy: Policy, *, match_only: bool = False) -> set[str]:
+    """The inputs of ``LACKS`` the policy's expressions (or its match expression alone) read;
+    ``params`` only when they come from a ConfigMap (the policy's own are given)."""
+    if match_only:
+        exprs = [policy.match.expression] if policy.match.expression is not None else []
+    else:
+        exprs = [expr for expr, _ in policy_expressions(policy)]
+    names = {name.lstrip(".") for expr in exprs for name in expr.program.free_variables} & set(LACKS)
+    return names if policy.params_from is not None else names - {"params"}
 
 
 def render_report(report: Report) -> str:
@@ -119,6 +162,8 @@ def render_report(report: Report) -> str:
     lines.append("matching policies: " + (", ".join(report.matched) or "none"))
     for cond in data["matchConditions"]:
         lines.append(f"  match {cond['policy']}: {cond['effect']}" + (f" ({cond['error']})" if cond["error"] else ""))
+    for lack in report.lacking or []:
+        lines.append(f"  not given, for {lack['policy']}: {lack['note']}")
     if report.admission.decisions:
         for d in report.admission.decisions:
             state = "lifted" if d.satisfied else "held"

@@ -210,7 +210,10 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
                 out.write(f"Pod made from {workload} as its controller would create it.\n\n")
             write(diagnose(policy_set, pod, nodes, cluster_pods=cluster_pods, namespaces=namespaces).to_dict(), "markdown", out, limit=args.limit)
         return EXIT_OK
-    reports = [explain(policy_set, pod, nodes, cluster_pods=cluster_pods, namespaces=namespaces) for pod, _ in pods]
+    # What files cannot or did not give, said next to the policies that read it.
+    missing = frozenset({"dra", "params"} | ({"namespaceObject"} if namespaces is None else set())
+                        | ({"nodeInfo", "counts"} if not args.cluster_pods else set()))
+    reports = [explain(policy_set, pod, nodes, cluster_pods=cluster_pods, namespaces=namespaces, missing=missing) for pod, _ in pods]
     for report, (_, workload) in zip(reports, pods):
         report.workload = workload
     if args.output == "json":
