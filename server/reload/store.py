@@ -116,12 +116,9 @@ class PolicyStore:
         self.path = path
         # The cluster source (--policy-source cluster); None: the files under ``path``.
         self.objects = objects
-        # The objects (and their generations) of the set serving now, and of the last load tried.
-        self.served_objects: dict[ObjectKey, int] = {}
-        # The objects themselves of the set serving (what the leader keeps as the last good set),
-        # and of the last load tried.
+        # The objects of the set serving now (what the leader keeps as the last good set) and of
+        # the last load tried; ``served_objects`` and ``_tried`` are worked out from them.
         self.served_specs: tuple[PolicyObject, ...] = ()
-        self._tried: tuple[tuple[ObjectKey, int], ...] = ()
         self._tried_specs: tuple[PolicyObject, ...] = ()
         # Why the set serving is not the cluster's current one, when a first load fell back
         # (``fall_back``); None once a load takes the current set whole.
@@ -150,6 +147,16 @@ class PolicyStore:
         return self._current
 
     @property
+    def served_objects(self) -> dict[ObjectKey, int]:
+        """The objects of the set serving, with the ``metadata.generation`` served."""
+        return {o.key: o.generation for o in self.served_specs}
+
+    @property
+    def _tried(self) -> tuple[tuple[ObjectKey, int], ...]:
+        """The objects the last load tried, with their generations, in order (a LoadOutcome's)."""
+        return tuple(sorted((o.key, o.generation) for o in self._tried_specs))
+
+    @property
     def ready(self) -> bool:
         return self._current is not None
 
@@ -157,7 +164,7 @@ class PolicyStore:
         """The first load: errors here stop start-up (there is nothing to fall back to)."""
         policy_set = self._load()
         self._current = policy_set
-        self.served_objects, self.served_specs = dict(self._tried), self._tried_specs
+        self.served_specs = self._tried_specs
         self.last = LoadOutcome(True, policy_set.generation, objects=self._tried)
         log.info("policies loaded", extra={"generation": policy_set.generation, "policies": len(policy_set), "path": self.source})
         return policy_set
@@ -206,7 +213,6 @@ class PolicyStore:
         return policy_set
 
     def _load_objects(self, objects: tuple[PolicyObject, ...]) -> PolicySet:
-        self._tried = tuple(sorted((o.key, o.generation) for o in objects))
         self._tried_specs = objects
         return self._compile_objects(objects, allow_empty=self.allow_empty)
 
@@ -250,7 +256,7 @@ class PolicyStore:
             self.reloads["unchanged"] += 1
             # The same content, maybe at other generations (an edit undone), or the current set
             # that a start fell back from, now whole and equal to the fallback.
-            self.served_objects, self.served_specs = dict(self._tried), self._tried_specs
+            self.served_specs = self._tried_specs
             self.last = LoadOutcome(True, previous.generation, objects=self._tried)
             self._recovered()
             return self.last
@@ -265,7 +271,7 @@ class PolicyStore:
                 log.warning("policy %s: %s (parameterNotFoundAction %s)", policy.name, policy.params_problem,
                             "Deny" if policy.params_error else "UseDefaults", extra={"generation": candidate.generation, "policy": policy.name})
         self._current = candidate  # the swap: one reference, never mutated in place
-        self.served_objects, self.served_specs = dict(self._tried), self._tried_specs
+        self.served_specs = self._tried_specs
         self.reloads["success"] += 1
         self.last = LoadOutcome(True, candidate.generation, objects=self._tried)
         self._recovered()
@@ -286,7 +292,6 @@ class PolicyStore:
         compiles, down to the empty set. The refusal stays the store's last outcome, so status,
         metrics and ``/readyz``'s detail report it until a reload takes the whole current set."""
         assert self.objects is not None, "files have no last good set: a refused first load of files stops start-up"
-        tried, tried_specs = self._tried, self._tried_specs
         policy_set: PolicySet | None = None
         serving: tuple[PolicyObject, ...] = ()
         if kept is not None:
@@ -297,7 +302,7 @@ class PolicyStore:
                 log.error("the last good set kept in the cluster does not compile either (%s); serving the objects that do",
                           exc.errors[0].render() if exc.errors else "no error")
         if policy_set is None:
-            serving, errors = tried_specs, list(refused.errors)
+            serving, errors = self._tried_specs, list(refused.errors)
             while policy_set is None:
                 named = {e.location.file for e in errors}
                 left = tuple(o for o in serving if o.key.file not in named)
@@ -309,10 +314,10 @@ class PolicyStore:
                     errors = list(exc.errors)
             how = (f"the {len(serving)} objects of the cluster that compile without the refused ones"
                    if kept is None else f"the {len(serving)} objects of the cluster that compile (the last good set kept did not)")
-        self._tried, self._tried_specs = tried, tried_specs
         self._current = policy_set
-        self.served_objects, self.served_specs = {o.key: o.generation for o in serving}, serving
-        self.last = LoadOutcome(False, policy_set.generation, tuple(refused.errors), objects=tried)
+        self.served_specs = serving
+        # The refused load's objects stay the ones judged (``_compile_objects`` does not move them).
+        self.last = LoadOutcome(False, policy_set.generation, tuple(refused.errors), objects=self._tried)
         refused_names = sorted({e.location.file or "the set" for e in refused.errors})
         self.degraded = f"the policies in the cluster are refused ({', '.join(refused_names)}); serving {how}"
         for error in refused.errors:
