@@ -71,11 +71,11 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return labels if isinstance(labels, Mapping) else {}
 
 
-def _pod_labels(pod: Mapping[str, Any], keys: Iterable[Keys]) -> Mapping[str, Any]:
-    """A pod's labels as selectors see them: with its namespace under ``NAMESPACE`` when a
-    selector's keys ask for it."""
+def _pod_labels(pod: Mapping[str, Any], namespaced: bool) -> Mapping[str, Any]:
+    """A pod's labels as selectors see them: with its namespace under ``NAMESPACE`` when
+    ``namespaced`` (a selector's keys ask for it)."""
     labels = _labels(pod)
-    if any(NAMESPACE in k for k in keys):
+    if namespaced:
         meta = pod.get("metadata")
         namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
         return {**labels, NAMESPACE: namespace if isinstance(namespace, str) and namespace else "default"}
@@ -101,6 +101,7 @@ class CountIndex:
     def __init__(self, specs: CountSpecs = NO_SPECS) -> None:
         self.specs = specs
         self._key_sets = tuple(specs.key_sets)
+        self._namespaced = any(NAMESPACE in keys for keys in self._key_sets)  # worked out once, not per pod event
         self._topologies = {keys: tuple(t for k, t in specs.domains if k == keys) for keys in self._key_sets}
         self._cluster: dict[Keys, Counter[Values]] = {keys: Counter() for keys in self._key_sets}
         self._domains: dict[tuple[Keys, str], dict[Values, Counter[str]]] = {spec: {} for spec in specs.domains}
@@ -151,7 +152,7 @@ class CountIndex:
         node = (pod.get("spec") or {}).get("nodeName")
         if not isinstance(node, str) or not node:
             return
-        labels = _pod_labels(pod, self._key_sets)
+        labels = _pod_labels(pod, self._namespaced)
         counted = tuple((keys, values) for keys in self._key_sets if (values := _values(labels, keys)) is not None)
         if counted:
             self._add(key, node, counted)
@@ -269,7 +270,7 @@ class Adjusted:
         self._per_domain: dict[tuple[str, Selector], tuple[dict[str, int], int]] = {}
 
     def _matching(self, pod: Mapping[str, Any], selector: Selector) -> bool:
-        return _values(_pod_labels(pod, (selector[0],)), selector[0]) == selector[1]
+        return _values(_pod_labels(pod, NAMESPACE in selector[0]), selector[0]) == selector[1]
 
     def _tables(self, topology: str, selector: Selector) -> tuple[dict[str, int], int]:
         """(matching pods per domain, how many domains can hold one)."""
