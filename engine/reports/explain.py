@@ -16,7 +16,7 @@ from engine.reservations.heldroom import Homes, keep_off
 from engine.cluster.counts import counts_of
 from engine.cluster.nodeinfo import node_info_map, node_name
 from engine.policy.model import Policy, PolicySet
-from engine.policy.reads import policy_expressions
+from engine.policy.reads import reads_variable
 from engine.decisions.scoring import ScoreResult, score_nodes
 from engine.reports.tables import render_table
 
@@ -147,10 +147,9 @@ def _reads(policy: Policy, *, match_only: bool = False) -> set[str]:
     """The inputs of ``LACKS`` the policy's expressions (or its match expression alone) read;
     ``params`` only when they come from a ConfigMap (the policy's own are given)."""
     if match_only:
-        exprs = [policy.match.expression] if policy.match.expression is not None else []
+        names = set(policy.match.expression.program.free_variables) & set(LACKS) if policy.match.expression is not None else set()
     else:
-        exprs = [expr for expr, _ in policy_expressions(policy)]
-    names = {name.lstrip(".") for expr in exprs for name in expr.program.free_variables} & set(LACKS)
+        names = {name for name in LACKS if reads_variable([policy], name)}
     return names if policy.params_from is not None else names - {"params"}
 
 
