@@ -410,8 +410,11 @@ class ClusterCache:
 
     def _narrow_if_serving(self, candidate: PolicySet) -> None:
         store = self._store
-        if store is not None and store.ready and store.current is candidate and self._projection.covers(self.wanted(candidate)):
-            self.narrow(self.wanted(candidate))
+        if store is None or not store.ready or store.current is not candidate:
+            return
+        wanted = self.wanted(candidate)
+        if self._projection.covers(wanted):
+            self.narrow(wanted)
 
     def enter(self, kind: str, obj: Obj) -> Obj:
         """What the cache keeps of an object as it enters: trimmed, and a bound pod projected. Until
