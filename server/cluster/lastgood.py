@@ -29,8 +29,8 @@ import orjson
 
 from engine.policy.objects import PolicyObject, convert
 
-from server.cluster.informer import first
 from server.cluster.kube import ApiError, KubeClient
+from server.cluster.leader import run_passes
 
 if TYPE_CHECKING:
     from server.reload.store import PolicyStore
@@ -106,17 +106,8 @@ class LastGoodKeeper:
         self.writes = {"written": 0, "conflict": 0, "forbidden": 0, "failed": 0}
 
     async def run(self, stop: asyncio.Event, leading: asyncio.Event) -> None:
-        swapped = self.store.subscribe()
-        while not stop.is_set():
-            if not leading.is_set():
-                await first(stop, leading)
-                continue
-            swapped.clear()
-            try:
-                await self.keep()
-            except Exception:  # noqa: BLE001 - one failed pass must not end the keeper
-                log.exception("keeping the last good policy set failed")
-            await first(stop, swapped, timeout=self.resync_s)
+        await run_passes(stop, leading, synced=None, changed=asyncio.Event(), reloaded=self.store.subscribe(), reconcile=self.keep,
+                         follow=lambda: None, name="last good policy set", wait_s=self.resync_s, settle_s=0)
 
     async def keep(self) -> bool:
         """Write the set serving if it is whole (no fallback) and differs from what is kept;

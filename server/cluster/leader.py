@@ -166,7 +166,7 @@ async def run_passes(
     stop: asyncio.Event,
     leading: asyncio.Event,
     *,
-    synced: asyncio.Event,
+    synced: asyncio.Event | None,
     changed: asyncio.Event,
     reloaded: asyncio.Event,
     reconcile: Callable[[], Awaitable[object]],
@@ -178,13 +178,14 @@ async def run_passes(
     """A leader's controller loop: a ``reconcile`` pass whenever the cache or the policy set
     ``changed``/``reloaded`` (or every ``wait_s``), then ``settle_s`` for a burst of changes
     to settle; ``follow()`` whenever this replica does not lead, and no pass before the cache
-    has ``synced``. The gate and reservation controllers run on it."""
+    has ``synced`` (None: a controller that reads no cache). The gate and reservation
+    controllers, the PolicyReports, the policies' status and the last good set run on it."""
     while not stop.is_set():
         if not leading.is_set():
             follow()
             await first(stop, leading, timeout=1.0)
             continue
-        if not synced.is_set():
+        if synced is not None and not synced.is_set():
             await first(stop, synced, timeout=1.0)
             continue
         # Cleared before the pass, not after: a change that arrives while the pass

@@ -34,8 +34,8 @@ from engine.errors import PolicyError
 from engine.policy.model import POLICY_PREFIX, PolicySet
 from engine.policy.objects import ObjectKey, PolicyObject
 
-from server.cluster.informer import first
 from server.cluster.kube import ApiError, KubeClient
+from server.cluster.leader import run_passes
 from server.cluster.policyobjects import PLURALS, PolicyObjects, collection
 
 if TYPE_CHECKING:
@@ -137,18 +137,8 @@ class StatusWriter:
         self.writes = {"written": 0, "conflict": 0, "forbidden": 0, "failed": 0}
 
     async def run(self, stop: asyncio.Event, leading: asyncio.Event) -> None:
-        reloaded = self.store.subscribe_outcomes()
-        while not stop.is_set():
-            if not leading.is_set():
-                await first(stop, leading)
-                continue
-            self.objects.observed.clear()
-            reloaded.clear()
-            try:
-                await self.write_pass()
-            except Exception:  # noqa: BLE001 - one bad pass must not end the writer
-                log.exception("status pass failed")
-            await first(stop, self.objects.observed, reloaded, timeout=self.resync_s)
+        await run_passes(stop, leading, synced=None, changed=self.objects.observed, reloaded=self.store.subscribe_outcomes(),
+                         reconcile=self.write_pass, follow=lambda: None, name="status", wait_s=self.resync_s, settle_s=0)
 
     async def write_pass(self) -> int:
         """Write every status that differs from the object's; how many were written."""
