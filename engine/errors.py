@@ -33,6 +33,7 @@ CODES = {
     "KPE403": "a reservation's template holds a bad quantity",
     "KPE404": "two policies share a scheduling gate",
     "KPE500": "policy test failed to load",
+    "KPE600": "a read that fails on objects without the field or key, in a rule that fails closed (a warning)",
 }
 
 
@@ -58,13 +59,14 @@ class PolicyError:
     policy: str = ""
     path: str = ""
     snippet: str = ""
+    severity: str = "error"  # or "warning": reported, and the policy is served all the same
 
     def sort_key(self) -> tuple[Any, ...]:
         return (self.location, self.policy, self.path, self.code, self.message)
 
     def render(self) -> str:
         subject = ": ".join(part for part in (self.policy, self.path) if part)
-        head = f"{self.location}: error[{self.code}] " + (f"{subject}: " if subject else "") + self.message
+        head = f"{self.location}: {self.severity}[{self.code}] " + (f"{subject}: " if subject else "") + self.message
         if self.snippet:
             head += "\n" + "\n".join("    " + line for line in self.snippet.split("\n"))
         return head

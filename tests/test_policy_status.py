@@ -242,3 +242,13 @@ def test_a_status_write_is_no_change_of_the_set(api: FakeApiServer, tmp_path: Pa
             await client.close()
 
     assert asyncio.run(scenario()) == (False, 1)
+
+
+def test_a_rule_that_fails_on_ordinary_pods_is_a_warning_of_the_served_object() -> None:
+    spec = {"filters": [{"name": "f", "expression": "node.metadata.labels['zone'] == 'a'"}]}
+    store, _ = store_of(policy("zoned", spec))
+    found = status(store, policy("zoned", spec))
+    assert found is not None and found["conditions"][0]["status"] == "True" and found["warnings"] == [
+        "spec.filters[0].expression: node.metadata.labels['zone'] fails on a node without the label 'zone' (under failurePolicy Fail, "
+        "the node is rejected); read it as node.metadata.labels[?'zone'].orValue(''), or test 'zone' in node.metadata.labels first (KPE600)"
+    ]

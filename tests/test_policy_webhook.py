@@ -177,3 +177,18 @@ def test_policy_reviews_are_counted_by_result(url: str) -> None:
     text = httpx.get(url + "/metrics").text
     assert 'kpe_policy_reviews_total{result="refused"}' in text
     assert 'kpe_requests_total{code="200",verb="policy-admission"}' in text
+
+
+def test_a_policy_whose_rule_fails_on_ordinary_pods_is_admitted_with_the_lint_as_a_warning(url: str) -> None:
+    sloppy = policy(filters=[{"name": "web", "expression": "pod.metadata.labels.app == 'web'"}])
+    answer = post(url, review(sloppy))
+    assert answer.status_code == 200
+    assert answer.json()["response"] == {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "allowed": True,
+        "warnings": [
+            "spec.filters[0].expression: KPE600 pod.metadata.labels['app'] fails on a pod without the field 'labels' or the label 'app' "
+            "(under failurePolicy Fail, the node is rejected); read it as pod.metadata.?labels[?'app'].orValue(''), or test "
+            "has(pod.metadata.labels) && 'app' in pod.metadata.labels first"
+        ],
+    }

@@ -27,6 +27,7 @@ from engine.cel.parser.parser import parse as parse_cel
 from engine.policy.documents import Document, Path, format_path
 from engine.errors import Location, PolicyError
 from engine.policy.counts import call_problems
+from engine.policy import lints
 from engine.policy.model import (
     COUNTS,
     NODE_SCOPE,
@@ -107,6 +108,10 @@ class _PolicyCompiler:
         # The types of what expressions read: the Kubernetes schemas, params from their values.
         self.types = cel_schema.kubernetes_types(params)
         self.variable_types: dict[str, CelType] = {}
+        self.warnings: list[PolicyError] = []
+        # Only where an evaluation error blocks pods are unguarded reads worth a warning (lints.py).
+        self.linted = isinstance(self.spec, dict) and self.spec.get("mode", "Enforce") == "Enforce" and self.spec.get("failurePolicy", "Fail") == "Fail"
+        self.guards: frozenset[lints.Path] = frozenset()  # what the match ensures the rules can read
 
     def error(self, code: str, path: Path, message: str, *, snippet: str = "", location: Location | None = None, key: bool = False) -> None:
         self.errors.append(
@@ -233,6 +238,11 @@ class _PolicyCompiler:
             program = cel.Program(text, variables=params, library=cel.default_library(), check=False, root=self._inline(root), cost_limit=limit)
         if not self._within_cost(path, text, self._inline(root), scope_kind, kind):
             return None
+        if self.linted and kind in lints.LINTED_KINDS:
+            for found in lints.unguarded_reads(root, self.types, self.variable_types, kind=kind, known=self.guards):
+                at = cel.CompileError(found.message, text=text, offset=found.offset)
+                where = _location_in_scalar(self.doc, path, at.line, at.column)
+                self.warnings.append(PolicyError("KPE600", found.message, where, policy=self.name, path=format_path(path), snippet=at.snippet, severity="warning"))
         return Expression(
             text=text,
             program=program,
@@ -382,6 +392,7 @@ class _PolicyCompiler:
             admission=admission,
             preemption=preemption,
             source=self.data,
+            warnings=tuple(self.warnings),
         )
 
     def _match(self) -> Match:
@@ -391,7 +402,10 @@ class _PolicyCompiler:
             selector, problems = parse_selector(raw["podSelector"])
             for sub, message in problems:
                 self.error("KPE200", ("spec", "match", "podSelector", *sub), message)
+            self.guards = lints.selector_guards(r.key for r in selector.requirements if r.operator in ("In", "Exists"))
         expr = self.expression(("spec", "match", "expression"), "match") if "expression" in raw else None
+        if expr is not None:
+            self.guards |= lints.guards_of(expr.root)
         return Match(
             namespaces=frozenset(raw["namespaces"]) if "namespaces" in raw else None,
             selector=selector,

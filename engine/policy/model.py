@@ -10,7 +10,7 @@ from typing import Any
 from engine import cel
 from engine.cluster.counts import NO_SPECS, CountSpecs
 from engine.cluster.projection import EVERYTHING, Projection
-from engine.errors import Location
+from engine.errors import Location, PolicyError
 from engine.policy.selectors import LabelSelector
 
 # What each kind of expression may read. Variables that read `node` or
@@ -122,6 +122,8 @@ class Policy:
     params_from: tuple[str, str] | None = field(default=None, compare=False)
     params_error: str = field(default="", compare=False)
     params_problem: str = field(default="", compare=False)
+    # KPE600 and other warnings of its compile (engine.policy.lints): it is served all the same.
+    warnings: tuple[PolicyError, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def mode(self) -> str:

@@ -157,5 +157,6 @@ def check_object(obj: Mapping[str, Any], *, cost_limits: CostLimits | None = Non
         return ObjectCheck([PolicyError("KPE103", f"expected a {KINDS[0]} or {KINDS[1]} of {API_GROUP.rstrip('/')}; got {found}")])
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
         return ObjectCheck([PolicyError("KPE200", "missing required field 'name'", path="metadata.name")])
-    _, errors = compile_documents([convert(obj).document()], cost_limits)
-    return ObjectCheck(sorted(errors, key=PolicyError.sort_key))
+    policies, errors = compile_documents([convert(obj).document()], cost_limits)
+    warnings = sorted((w for p in policies for w in p.warnings), key=PolicyError.sort_key)
+    return ObjectCheck(sorted(errors, key=PolicyError.sort_key), [admission_text(w) for w in warnings])

@@ -5,8 +5,10 @@
 
 Keeps the definitions reachable from Pod, Node and Namespace, trimmed to what
 typing needs (type, format, properties, items, additionalProperties, $ref,
-oneOf, and the x-kubernetes-* extensions that change a type); descriptions,
-defaults and enums are dropped. See README.md beside this script.
+oneOf, and the x-kubernetes-* extensions that change a type) and what tells a
+field every object has (``required``, and ``default`` reduced to ``true``: the
+value is not needed, only that the API server always writes the field);
+descriptions and enums are dropped. See README.md beside this script.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ def trim(schema: dict[str, Any]) -> dict[str, Any]:
     for key in KEEP:
         if key in schema:
             out[key] = schema[key]
+    if isinstance(schema.get("required"), list):
+        out["required"] = sorted(schema["required"])
+    if "default" in schema:
+        # OpenAPI v3 marks a Go struct field that is not a pointer with ``default: {}``: it is
+        # written even when empty (``resources: {}``). engine/cel/checker/schema.py reads this
+        # as "present on every object", which the lints of unguarded reads rely on.
+        out["default"] = True
     if "properties" in schema:
         out["properties"] = {name: trim(sub) for name, sub in sorted(schema["properties"].items())}
     if isinstance(schema.get("items"), dict):

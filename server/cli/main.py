@@ -72,21 +72,36 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             count = len(exc.errors)
             out.write(f"\n{count} error{'s' if count != 1 else ''} found.\n")
         return EXIT_FAILED
+    warnings = sorted((w for p in policy_set.policies for w in p.warnings), key=lambda w: w.sort_key())
+    failed = bool(warnings) and args.strict
     if args.output == "json":
         json.dump(
-            {"ok": True, "generation": policy_set.generation, "policies": [_policy_summary(p) for p in policy_set.policies], "skipped": list(policy_set.skipped)},
+            {"ok": not failed, "generation": policy_set.generation, "policies": [_policy_summary(p) for p in policy_set.policies],
+             "skipped": list(policy_set.skipped), "warnings": [w.to_dict() for w in warnings]},
             out,
             indent=2,
         )
         out.write("\n")
     else:
+        for w in warnings:
+            out.write(w.render() + "\n")
+        if warnings:
+            out.write("\n")
         rows = [[p.name, p.mode, p.failure_policy, _kinds(p), p.file] for p in policy_set.policies]
         out.write(render_table(["POLICY", "MODE", "FAILURE", "DECISIONS", "FILE"], rows) + "\n")
         noun = "policy" if len(policy_set) == 1 else "policies"
-        out.write(f"{len(policy_set)} {noun} OK (generation {policy_set.generation}).\n")
+        said = f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''}"
+        if not warnings:
+            out.write(f"{len(policy_set)} {noun} OK (generation {policy_set.generation}).\n")
+        elif failed:
+            out.write(f"{len(policy_set)} {noun} load (generation {policy_set.generation}), with {said}: refused by --strict.\n")
+        else:
+            out.write(f"{len(policy_set)} {noun} OK (generation {policy_set.generation}), with {said} (--strict fails on them).\n")
         if policy_set.skipped:
             count = len(policy_set.skipped)
             out.write(f"Skipped {count} document{'s' if count != 1 else ''} of other tools:\n" + "".join(f"  {s}\n" for s in policy_set.skipped))
+    if failed:
+        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -248,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="load policies and report every error")
     check.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
     check.add_argument("--output", choices=("text", "json"), default="text")
+    check.add_argument(
+        "--strict", action="store_true",
+        help="fail (exit 1) on warnings too: reads that fail on ordinary pods or nodes in rules that block them (KPE600)",
+    )
     check.add_argument(
         "--allow-empty-policies", action="store_true", help="accept paths that hold no policy (refused by default: every node would pass every pod)"
     )

@@ -77,13 +77,17 @@ def decisions(obj: PolicyObject) -> str:
 
 
 def warnings(obj: PolicyObject, serving: PolicySet) -> list[str]:
-    """What kpe warns about for an object it serves: a ``paramsFrom`` ConfigMap it could not use."""
+    """What kpe warns about for an object it serves: what ``kpe check`` warns of (KPE600), and
+    a ``paramsFrom`` ConfigMap it could not use."""
     name = POLICY_PREFIX + obj.key.name if obj.key.kind == "Reservation" else obj.key.name
     policy = serving.get(name)
-    if policy is None or not policy.params_problem:
+    if policy is None:
         return []
-    action = "Deny" if policy.params_error else "UseDefaults"
-    return [f"spec.paramsFrom: {policy.params_problem} (parameterNotFoundAction {action})"]
+    found = [_limited(describe_error(w)) for w in policy.warnings]
+    if policy.params_problem:
+        action = "Deny" if policy.params_error else "UseDefaults"
+        found.append(f"spec.paramsFrom: {policy.params_problem} (parameterNotFoundAction {action})")
+    return found
 
 
 def ready_condition(obj: PolicyObject, outcome: LoadOutcome, served: Mapping[ObjectKey, int], serving: PolicySet) -> tuple[str, str, str]:

@@ -47,6 +47,27 @@ KUBERNETES_VERSION = "1.37"  # the schemas kpe types expressions against (see th
 SCHEMA_FILE = f"core-v1-{KUBERNETES_VERSION}.json"
 
 _QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+_CORE = "io.k8s.api.core.v1."
+_META = "io.k8s.apimachinery.pkg.apis.meta.v1."
+
+# Fields the schema calls optional that every stored object has all the same, so an expression
+# may read them bare: the API server's defaulting (pkg/apis/core/v1/defaults.go), what it sets on
+# create (names, uid, qosClass), the admission plugins on by default (Priority sets priority and
+# preemptionPolicy, DefaultTolerationSeconds adds two tolerations to every pod) and the kubelet's
+# node status. What the schema marks ``required`` or gives a ``default`` (a struct written even
+# when empty: ``resources: {}``) needs no entry here. Labels are not listed: a pod may have none;
+# nodes and namespaces always have some, which engine/policy/lints.py knows by path.
+SET_BY_THE_SERVER: dict[str, frozenset[str]] = {
+    _META + "ObjectMeta": frozenset(("name", "namespace", "uid", "creationTimestamp", "resourceVersion")),
+    _CORE + "PodSpec": frozenset(
+        ("schedulerName", "restartPolicy", "dnsPolicy", "terminationGracePeriodSeconds", "securityContext",
+         "priority", "preemptionPolicy", "enableServiceLinks", "tolerations")
+    ),
+    _CORE + "Container": frozenset(("image", "imagePullPolicy", "terminationMessagePath", "terminationMessagePolicy")),
+    _CORE + "PodStatus": frozenset(("phase", "qosClass")),
+    _CORE + "NodeStatus": frozenset(("allocatable", "capacity", "conditions", "addresses")),
+    _CORE + "NamespaceStatus": frozenset(("phase",)),
+}
 
 
 class _Builder:
@@ -67,7 +88,7 @@ class _Builder:
         if isinstance(schema.get("properties"), dict) and not schema.get("x-kubernetes-preserve-unknown-fields"):
             # Registered before its fields are made, so a definition that reaches itself ends.
             fields: dict[str, Type] = {}
-            obj = ObjectType(name, fields=fields, label=name.rsplit(".", 1)[-1])
+            obj = ObjectType(name, fields=fields, label=name.rsplit(".", 1)[-1], present=_present(name, schema))
             self.made[name] = obj
             for field_name, sub in schema["properties"].items():
                 fields[field_name] = self.type_of(sub)
@@ -99,6 +120,13 @@ class _Builder:
             if isinstance(extra, dict):
                 return map_of(STRING, self.type_of(extra))
         return DYN
+
+
+def _present(name: str, schema: dict[str, Any]) -> frozenset[str]:
+    """The fields of definition ``name`` every stored object has."""
+    properties: dict[str, Any] = schema["properties"]
+    defaulted = {field for field, sub in properties.items() if isinstance(sub, dict) and sub.get("default")}
+    return frozenset(schema.get("required") or ()) | defaulted | SET_BY_THE_SERVER.get(name, frozenset())
 
 
 @lru_cache(maxsize=None)

@@ -61,9 +61,12 @@ class Type:
 @dataclass(frozen=True)
 class ObjectType(Type):
     """An object with named fields. ``label`` names it in messages (``ObjectMeta``);
-    ``open``: other fields are ``dyn`` rather than errors (``params``)."""
+    ``open``: other fields are ``dyn`` rather than errors (``params``); ``present``: the fields
+    every object of a Kubernetes kind has (schema.py says how it knows), which an expression
+    may read without a guard (engine/policy/lints.py)."""
 
     fields: Mapping[str, Type] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    present: frozenset[str] = field(default=frozenset(), compare=False, hash=False, repr=False)
     label: str = field(default="", compare=False)
     open: bool = field(default=False, compare=False)
 
