@@ -95,6 +95,12 @@ spec:
             # kubectl shows the causes, each a field path and kpe's coded message, as for the API server's own validation.
             assert (out.returncode, out.stderr) == (1, f'The SchedulingPolicy "{broken}" is invalid: {TYPE_ERROR}\n')
         assert write(cluster, "GET", f"{POLICIES}/{broken}").status_code == 404, "nothing was stored"
+        # A rule that fails on ordinary pods is admitted with kpe's lint as the API server's warning.
+        sloppy = {**policy(f"sloppy-{suffix}", "pod.metadata.labels.app == 'web'"), "spec": {"filters": [{"name": "web", "expression": "pod.metadata.labels.app == 'web'"}]}}
+        warned = write(cluster, "POST", POLICIES + "?dryRun=All", sloppy)
+        print(f"[e2e policy webhook] a rule that fails on pods without the label: {warned.status_code}, Warning: {warned.headers.get('warning', '')}")
+        assert warned.status_code == 201
+        assert warned.headers.get("warning", "").startswith('299 - "spec.filters[0].expression: KPE600 pod.metadata.labels[\'app\'] fails on a pod without')
         assert write(cluster, "POST", POLICIES, policy(good, "node.metadata.name != ''")).status_code == 201
         reviews = kpe.metric("kpe_policy_reviews_total", result="allowed")
         assert reviews >= 1 and kpe.metric("kpe_policy_reviews_total", result="refused") >= 1
