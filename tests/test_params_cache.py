@@ -89,3 +89,26 @@ def test_a_reload_naming_a_new_config_map_serves_only_with_its_values(api: FakeA
             assert (policy.params, policy.params_error) == ({"defaultCap": 4}, "")
 
     run(body, timeout=15)
+
+
+def test_a_config_map_kpe_may_not_read_is_said_to_be_unreadable_not_missing_until_it_can_be_read(api: FakeApiServer, kubeconfig: str, tmp_path: Path) -> None:
+    store = store_with(tmp_path, CAPPED)
+    store.params = NoConfigMaps()
+    store.load_initial()
+    api.state.add_node(node("node-1"))
+    api.state.add("configmaps", config_map("3"), "kpe-system")
+    forbidden = 'configmaps is forbidden: User "system:serviceaccount:kpe-system:kpe" cannot list resource "configmaps" in the namespace "kpe-system"'
+    api.state.fail_next(10_000, 403, path="/api/v1/namespaces/kpe-system/configmaps", message=forbidden)
+
+    def problem() -> str:
+        return store.current.policies[0].params_error
+
+    async def body() -> None:
+        async with cache_on(kubeconfig, policies=store) as (_, cache):
+            await eventually(lambda: "cannot be read" in problem(), what="the policy to say why it has no params")
+            assert problem() == f"params: ConfigMap kpe-system/team-caps cannot be read (configmaps: 403 Forbidden: {forbidden})"
+            assert cache.configmaps.covers(frozenset({("kpe-system", "team-caps")})), "a reload does not wait for a namespace that answered 403"
+            api.state.clear_faults()  # the RBAC is granted: the next list reads the ConfigMap
+            await eventually(lambda: store.current.policies[0].params == {"defaultCap": 3} and problem() == "", what="the ConfigMap's values")
+
+    run(body, timeout=20)

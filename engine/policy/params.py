@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -32,7 +33,17 @@ from engine.policy.documents import Document
 from engine.policy.model import Policy
 
 Ref = tuple[str, str]  # (namespace, name)
-ClusterParams = Mapping[Ref, "Mapping[str, str] | None"]
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A ConfigMap kpe could not read (a 403 where its RBAC does not reach): not the same
+    problem as one that does not exist, and not fixed the same way."""
+
+    why: str
+
+
+ClusterParams = Mapping[Ref, "Mapping[str, str] | Unreadable | None"]
 """The ConfigMaps' data by (namespace, name); a ConfigMap not there (or None) does not exist."""
 
 DENY, USE_DEFAULTS = "Deny", "UseDefaults"
@@ -47,11 +58,13 @@ def params_ref(spec: Mapping[str, Any]) -> tuple[Ref, str] | None:
     return (str(config_map.get("namespace", "")), str(config_map.get("name", ""))), str(source.get("parameterNotFoundAction", DENY))
 
 
-def merged(defaults: Mapping[str, Any], ref: Ref, data: Mapping[str, str] | None) -> tuple[dict[str, Any], str]:
+def merged(defaults: Mapping[str, Any], ref: Ref, data: Mapping[str, str] | Unreadable | None) -> tuple[dict[str, Any], str]:
     """``params`` from the defaults and the ConfigMap's data, and what is wrong ("" when nothing)."""
     where = f"params: ConfigMap {ref[0]}/{ref[1]}"
     if data is None:
         return dict(defaults), f"{where} not found"
+    if isinstance(data, Unreadable):
+        return dict(defaults), f"{where} cannot be read ({data.why})"
     out = dict(defaults)
     for key in sorted(data):
         text = data[key]

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine.policy.params import Ref
+from engine.policy.params import Ref, Unreadable
 
 from server.cluster.informer import Informer
 
@@ -53,6 +53,24 @@ class Namespace:
         self.owner = owner
         self.namespace = namespace
         self.listed = asyncio.Event()
+        # Set by a list, or by a failure before any list: the server answered, so a reload that
+        # waits for this namespace (ensure) waits no longer.
+        self.answered = asyncio.Event()
+        # Why its ConfigMaps cannot be read, while no list has succeeded (a 403 where kpe's RBAC
+        # does not reach); the policies then say "cannot be read", not "not found". Once listed,
+        # the values listed keep serving through later failures, as every cached kind does.
+        self.unreadable: str | None = None
+
+    def failed(self, why: str) -> None:
+        """The informer's list or watch failed (``Informer.on_failure``)."""
+        if self.listed.is_set():
+            return
+        first = self.unreadable is None
+        self.unreadable = why
+        self.answered.set()
+        if first:
+            log.warning("cannot read ConfigMaps for policy params: %s", why, extra={"namespace": self.namespace})
+            self.owner.on_change()  # the policies naming them now say why, not "not found"
 
     def enter(self, kind: str, obj: Obj) -> Obj:
         meta = obj.get("metadata") or {}
@@ -74,11 +92,14 @@ class Namespace:
     def replace(self, informer: Informer, items: list[Obj], resource_version: str, *, refresh: bool) -> None:
         found = {(self.namespace, str(o["metadata"]["name"])): o.get("data") or {} for o in items if "data" in o}
         wanted = {ref for ref in self.owner.named if ref[0] == self.namespace}
-        self.owner.seen({ref: found.get(ref) for ref in wanted}, namespace=self.namespace)
+        readable_again = self.unreadable is not None
+        self.unreadable = None
+        self.owner.seen({ref: found.get(ref) for ref in wanted}, namespace=self.namespace, changed=readable_again)
         informer.listed = True
         informer.lists += 1
         informer.heard(resource_version)
         self.listed.set()
+        self.answered.set()
 
 
 class ConfigMaps:
@@ -98,8 +119,13 @@ class ConfigMaps:
 
     # --- the store's ParamsSource --------------------------------------------------
 
-    def values(self) -> Mapping[Ref, Mapping[str, str] | None]:
-        return dict(self.data)
+    def values(self) -> Mapping[Ref, Mapping[str, str] | Unreadable | None]:
+        out: dict[Ref, Mapping[str, str] | Unreadable | None] = dict(self.data)
+        for ref in self.named:
+            watched = self.namespaces.get(ref[0])
+            if watched is not None and watched[0].unreadable is not None:
+                out[ref] = Unreadable(watched[0].unreadable)
+        return out
 
     def covers(self, refs: frozenset[Ref]) -> bool:
         """Whether ``refs`` are watched and their namespaces listed, or their lists failed (a
@@ -153,7 +179,8 @@ class ConfigMaps:
         task.add_done_callback(self._reloads.discard)
 
     async def watch(self, refs: frozenset[Ref]) -> None:
-        """Watch the namespaces of ``refs`` (on the event loop) until they are listed."""
+        """Watch the namespaces of ``refs`` (on the event loop) until they are listed, or their
+        first list failed (they cannot be read: the policies naming them say so)."""
         assert self.stop is not None
         new = refs - self.named
         self.named |= refs
@@ -162,14 +189,16 @@ class ConfigMaps:
                 # Already watched, for other names: listed again for the new one's data.
                 sink, informer, _ = self.namespaces[namespace]
                 sink.listed.clear()
+                sink.answered.clear()
                 informer.relist_wanted.set()
                 continue
             sink = Namespace(self, namespace)
             informer = self._make(f"/api/v1/namespaces/{namespace}/configmaps", sink)
+            informer.on_failure = sink.failed
             task = asyncio.create_task(informer.run(self.stop), name=f"informer-configmaps-{namespace}")
             self.namespaces[namespace] = (sink, informer, task)
             log.info("watching ConfigMaps for policy params", extra={"namespace": namespace, "names": sorted(n for ns, n in refs if ns == namespace)})
-        await asyncio.gather(*(self.namespaces[ns][0].listed.wait() for ns, _ in refs))
+        await asyncio.gather(*(self.namespaces[ns][0].answered.wait() for ns, _ in refs))
 
     async def close(self) -> None:
         tasks = [task for _, _, task in self.namespaces.values()] + list(self._reloads)
@@ -177,9 +206,9 @@ class ConfigMaps:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def seen(self, found: Mapping[Ref, Mapping[str, str] | None], *, namespace: str) -> None:
-        """What the watch says of the named ConfigMaps; a reload when any changed."""
-        changed = False
+    def seen(self, found: Mapping[Ref, Mapping[str, str] | None], *, namespace: str, changed: bool = False) -> None:
+        """What the watch says of the named ConfigMaps; a reload when any changed (or ``changed``:
+        the namespace became readable)."""
         for ref, data in found.items():
             old = self.data.get(ref)
             if data is None:

@@ -146,6 +146,9 @@ class Informer:
         # they asked is applied.
         self.relist_wanted = asyncio.Event()
         self.waiters: list[asyncio.Future[None]] = []
+        # Told of each failed list or watch (what ``error`` says): a sink that must tell "cannot
+        # be read" from "not there" (the ConfigMaps of paramsFrom) listens here.
+        self.on_failure: Callable[[str], None] = lambda why: None
 
     def heard(self, resource_version: str) -> None:
         """The API server said something about this kind (a list, an event or a bookmark):
@@ -200,6 +203,7 @@ class Informer:
 
     def _error(self, exc: ApiError) -> None:
         self.error = f"{self.kind}s: {exc}"
+        self.on_failure(self.error)
         log.warning("%s watch restarting: %s", self.kind, exc, extra={"kind": self.kind, "status": exc.status, "resourceVersion": self.resource_version})
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -46,6 +46,7 @@ from engine.errors import PolicyError, PolicyLoadError
 from engine.policy.loader import discover, load
 from engine.policy.model import SYSTEM_NAMESPACES, PolicySet
 from engine.policy.objects import ObjectKey, PolicyObject, load_objects
+from engine.policy.params import ClusterParams, Ref, Unreadable
 
 log = logging.getLogger("kpe.policies")
 
@@ -61,13 +62,12 @@ class LoadOutcome:
 
 
 Snapshot = tuple[tuple[str, str, int, int], ...]
-Ref = tuple[str, str]
 
 
 class ParamsSource(Protocol):
     """The ConfigMaps ``paramsFrom`` names (``engine.policy.params``)."""
 
-    def values(self) -> Mapping[Ref, Mapping[str, str] | None]: ...
+    def values(self) -> Mapping[Ref, Mapping[str, str] | Unreadable | None]: ...
 
     def covers(self, refs: frozenset[Ref]) -> bool: ...
 
@@ -83,7 +83,7 @@ class ObjectSource(Protocol):
 class NoConfigMaps:
     """A server without a cluster: no ConfigMap is ever found."""
 
-    def values(self) -> Mapping[Ref, Mapping[str, str] | None]:
+    def values(self) -> Mapping[Ref, Mapping[str, str] | Unreadable | None]:
         return {}
 
     def covers(self, refs: frozenset[Ref]) -> bool:
@@ -219,7 +219,7 @@ class PolicyStore:
     def _compile_objects(self, objects: tuple[PolicyObject, ...], *, allow_empty: bool) -> PolicySet:
         params = self.params
 
-        def compiled(values: Mapping[Ref, Mapping[str, str] | None] | None) -> PolicySet:
+        def compiled(values: ClusterParams | None) -> PolicySet:
             return load_objects(objects, allow_empty=allow_empty, cost_limits=self.cost_limits,
                                 excluded_namespaces=self.excluded_namespaces, cluster_params=values)
 

@@ -123,3 +123,5 @@ def test_a_policy_whose_params_kpe_may_not_read_affects_only_its_own_pods_and_no
         assert f"policy params not read (namespace {elsewhere}: configmaps: 403" in ready.text, ready.text
     problem = next(p for p in replicas[0].http.get("/apis/v1/policies").json()["policies"] if p["name"] == "pool-from-elsewhere")
     print(f"\n[e2e paramsFrom forbidden] /readyz: {replicas[0].health.get('/readyz').text}\n  decision: {decided[0].get('reasons') or decided[0]}\n  policy: {problem}")
+    # Said as it is: the ConfigMap may well exist; kpe may not read it (not "not found").
+    assert problem["paramsFrom"]["problem"].startswith(f"params: ConfigMap {elsewhere}/pools cannot be read (configmaps: 403 Forbidden: "), problem
