@@ -27,6 +27,7 @@ CODES = {
     "KPE306": "estimated worst-case cost over the limit",
     "KPE307": "field not in the Kubernetes object's schema",
     "KPE308": "counts across nodes the cache cannot keep",
+    "KPE309": "too slow to check within the policy webhook's time",
     "KPE400": "duplicate policy name",
     "KPE401": "duplicate rule or variable name",
     "KPE402": "the policy set is empty",

@@ -192,3 +192,23 @@ def test_a_policy_whose_rule_fails_on_ordinary_pods_is_admitted_with_the_lint_as
             "has(pod.metadata.labels) && 'app' in pod.metadata.labels first"
         ],
     }
+
+
+def test_an_object_too_slow_to_check_within_the_api_server_s_timeout_is_refused_with_how_to_split_it(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.policy.compiler import CompileDeadline
+    from server.admission import policies
+
+    budgets: list[float] = []
+
+    def passed_at_once(seconds: float) -> CompileDeadline:
+        budgets.append(seconds)
+        return CompileDeadline(at=0.0, budget=seconds, clock=lambda: 1.0)  # the clock is past it before the first expression
+
+    monkeypatch.setattr(policies.CompileDeadline, "after", staticmethod(passed_at_once))
+    answer = httpx.post(url + "/admission/policies?timeout=5s", json=review(policy()))
+    assert budgets == [4.0], "80% of the API server's 5 s"
+    assert answer.json()["response"]["status"]["message"] == (
+        "spec: KPE309 checking this object's expressions takes longer than the policy webhook may wait (4 s of the API server's "
+        "timeoutSeconds); split its rules into several policies (kpe check shows what a policy costs to load)"
+    )
+    assert answer.json()["response"]["allowed"] is False

@@ -27,6 +27,7 @@ from engine.cel.errors import (
     NoSuchOverloadError,
 )
 from engine.cel.library import Library
+from engine.cel.parser import ast
 from engine.cel.limits import MAX_LIST_SIZE, MAX_STRING_SIZE, SizeLimitError
 from engine.cel.interpreter.program import DEFAULT_COST_LIMIT, Program
 from engine.cel.types.values import CelType, Optional, UInt, type_name
@@ -50,6 +51,7 @@ def compile(  # noqa: A001 - the public name the rest of kpe and external checks
     variables: Iterable[str] = (),
     check: bool = True,
     cost_limit: int = DEFAULT_COST_LIMIT,
+    root: ast.Node | None = None,
 ) -> Program:
     """Compile ``text`` over the declared ``variables``.
 
@@ -57,10 +59,11 @@ def compile(  # noqa: A001 - the public name the rest of kpe and external checks
     operator applied to types that have no overload, is a ``CompileError``;
     without it those become evaluation errors. ``cost_limit`` bounds the
     work of one evaluation: comprehension items and the characters string
-    functions scan (``limits.py``).
+    functions scan (``limits.py``). ``root``: ``text`` already parsed, by a caller that
+    needed the tree first (the policy compiler), so it is not parsed twice.
     """
     try:
-        return Program(text, variables=variables, library=default_library(), check=check, cost_limit=cost_limit)
+        return Program(text, variables=variables, library=default_library(), check=check, cost_limit=cost_limit, root=root)
     except (RecursionError, SyntaxError, MemoryError):
         # The Python kpe generates gives out on very deep nesting too (Python's own parser
         # allows 200 levels of brackets): a policy's error to report, not a crash of the loader.

@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from engine.policy.compiler import CostLimits, compile_policy
+from engine.policy.compiler import CompileDeadline, CostLimits, compile_policy
 from engine.policy.params import ClusterParams, compile_with_params
 from engine.policy.documents import Document, load_documents
 from engine.errors import Location, PolicyError, PolicyLoadError
@@ -86,11 +86,13 @@ def load_files(files: Iterable[Path]) -> tuple[list[Document], list[PolicyError]
 
 
 def compile_documents(
-    docs: Iterable[Document], cost_limits: CostLimits | None = None, skipped: list[str] | None = None, cluster_params: ClusterParams | None = None
+    docs: Iterable[Document], cost_limits: CostLimits | None = None, skipped: list[str] | None = None, cluster_params: ClusterParams | None = None,
+    *, deadline: CompileDeadline | None = None,
 ) -> tuple[list[Policy], list[PolicyError]]:
     """Compile kpe's documents; another tool's object is left out, and named in ``skipped``
     (``file:line: Kind (apiVersion)``) when a list is given. ``cluster_params``: the ConfigMaps
-    that ``paramsFrom`` names (``engine.policy.params``; None: policies use their defaults)."""
+    that ``paramsFrom`` names (``engine.policy.params``; None: policies use their defaults).
+    Past ``deadline`` (the policy webhook's), ``engine.policy.compiler.CompileOverdue``."""
     policies: list[Policy] = []
     errors: list[PolicyError] = []
     first_seen: dict[str, Location] = {}
@@ -119,7 +121,7 @@ def compile_documents(
         if schema_errors:
             # A value over its length limit is refused, not compiled: a 7 MB expression took a minute and a half.
             oversized = any(TOO_LONG in e.message for e in schema_errors)
-            errors += schema_errors + ([] if oversized else _compile_despite_schema_errors(doc, cost_limits))
+            errors += schema_errors + ([] if oversized else _compile_despite_schema_errors(doc, cost_limits, deadline=deadline))
             continue
         if name in first_seen:
             errors.append(
@@ -133,7 +135,7 @@ def compile_documents(
             )
             continue
         first_seen[name] = doc.location(("metadata", "name"))
-        policy, policy_errors = compile_with_params(doc, cost_limits, cluster_params)
+        policy, policy_errors = compile_with_params(doc, cost_limits, cluster_params, deadline=deadline)
         errors += policy_errors
         if policy is not None and policy.admission is not None:
             clash = _gate_clash(doc, policy.name, policy.admission.gate, gates)
@@ -176,11 +178,11 @@ def _compile_reservation(
     return policy, errors
 
 
-def _compile_despite_schema_errors(doc: Document, cost_limits: CostLimits | None = None) -> list[PolicyError]:
+def _compile_despite_schema_errors(doc: Document, cost_limits: CostLimits | None = None, *, deadline: CompileDeadline | None = None) -> list[PolicyError]:
     """CEL errors of a document that also broke the schema, so one run shows them all;
     nothing if its shape is too broken to walk."""
     try:
-        _, errors = compile_policy(doc, cost_limits)
+        _, errors = compile_policy(doc, cost_limits, deadline=deadline)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError):
         return []
     return [e for e in errors if e.code.startswith(("KPE3", "KPE4"))]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import Location, PolicyError, PolicyLoadError
-from engine.policy.compiler import CostLimits
+from engine.policy.compiler import CompileDeadline, CompileOverdue, CostLimits
 from engine.policy.counts import count_specs
 from engine.policy.documents import Document
 from engine.policy.loader import ALLOW_EMPTY_HINT, API_GROUP, compile_documents, generation_of
@@ -146,9 +146,11 @@ def admission_text(error: PolicyError) -> str:
     return (f"{error.path}: " if error.path else "") + f"{error.code} {error.message}"
 
 
-def check_object(obj: Mapping[str, Any], *, cost_limits: CostLimits | None = None) -> ObjectCheck:
+def check_object(obj: Mapping[str, Any], *, cost_limits: CostLimits | None = None, deadline: CompileDeadline | None = None) -> ObjectCheck:
     """Check one SchedulingPolicy or Reservation on its own (``kpe check`` of that one file),
-    as ``--policy-source cluster`` would compile it (``convert``)."""
+    as ``--policy-source cluster`` would compile it (``convert``). An object whose expressions
+    take longer than ``deadline`` to check is refused (KPE309): the policy webhook answers
+    within the API server's timeout whatever it is sent."""
     kind = obj.get("kind")
     api_version = obj.get("apiVersion")
     meta = obj.get("metadata")
@@ -157,6 +159,12 @@ def check_object(obj: Mapping[str, Any], *, cost_limits: CostLimits | None = Non
         return ObjectCheck([PolicyError("KPE103", f"expected a {KINDS[0]} or {KINDS[1]} of {API_GROUP.rstrip('/')}; got {found}")])
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
         return ObjectCheck([PolicyError("KPE200", "missing required field 'name'", path="metadata.name")])
-    policies, errors = compile_documents([convert(obj).document()], cost_limits)
+    try:
+        policies, errors = compile_documents([convert(obj).document()], cost_limits, deadline=deadline)
+    except CompileOverdue as late:
+        budget = late.deadline.budget
+        message = (f"checking this object's expressions takes longer than the policy webhook may wait ({budget:g} s of the API server's "
+                   "timeoutSeconds); split its rules into several policies (kpe check shows what a policy costs to load)")
+        return ObjectCheck([PolicyError("KPE309", message, path="spec")])
     warnings = sorted((w for p in policies for w in p.warnings), key=PolicyError.sort_key)
     return ObjectCheck(sorted(errors, key=PolicyError.sort_key), [admission_text(w) for w in warnings])

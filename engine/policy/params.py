@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from engine.errors import PolicyError
-from engine.policy.compiler import CostLimits, compile_policy
+from engine.policy.compiler import CompileDeadline, CostLimits, compile_policy
 from engine.policy.documents import Document
 from engine.policy.model import Policy
 
@@ -99,14 +99,16 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def compile_with_params(doc: Document, cost_limits: CostLimits | None, cluster_params: ClusterParams | None) -> tuple[Policy | None, list[PolicyError]]:
+def compile_with_params(
+    doc: Document, cost_limits: CostLimits | None, cluster_params: ClusterParams | None, *, deadline: CompileDeadline | None = None
+) -> tuple[Policy | None, list[PolicyError]]:
     """Compile a schema-valid policy document with its ``params`` from the cluster: the
     ConfigMap's values when they are sound, else the defaults with ``params_error`` set
     (``Deny``) or not (``UseDefaults``). Without ``cluster_params``, with the defaults. Only a
     policy that does not compile with its defaults has errors."""
     found = params_ref(doc.data["spec"])
     if found is None:
-        return compile_policy(doc, cost_limits)
+        return compile_policy(doc, cost_limits, deadline=deadline)
     ref, action = found
     problem = ""
     if cluster_params is not None:
@@ -114,11 +116,11 @@ def compile_with_params(doc: Document, cost_limits: CostLimits | None, cluster_p
         values, problem = merged(spec.get("params") or {}, ref, cluster_params.get(ref))
         if not problem:
             served = dataclasses.replace(doc, data={**doc.data, "spec": {**spec, "params": values}})
-            policy, errors = compile_policy(served, cost_limits)
+            policy, errors = compile_policy(served, cost_limits, deadline=deadline)
             if policy is not None:
                 return dataclasses.replace(policy, params_from=ref), []
             problem = f"params: ConfigMap {ref[0]}/{ref[1]}: its values do not compile: {errors[0].message}"
-    policy, errors = compile_policy(doc, cost_limits)
+    policy, errors = compile_policy(doc, cost_limits, deadline=deadline)
     if policy is None:
         return None, errors
     return dataclasses.replace(policy, params_from=ref, params_error=problem if action == DENY else "", params_problem=problem), []

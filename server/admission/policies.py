@@ -13,6 +13,11 @@ deleted) is admitted even when the object is broken: refusing it would not mend 
 and would keep a broken object, written while kpe was down, from being relabelled or
 having its finalizers removed. Its problems come back as warnings.
 
+The check answers within the API server's ``timeoutSeconds`` (the ``timeout`` it adds to the
+URL) whatever it is sent: an object whose expressions take longer to compile than most of
+that time is refused (KPE309, split it), rather than holding the worker that pods' admission
+shares while the API server has given up waiting.
+
 When kpe does not answer, deploy/webhook.yaml's ``failurePolicy: Ignore`` lets the write
 through: kpe down must never keep the objects that repair it from being written or deleted
 (docs/guides/policies-in-the-cluster.md).
@@ -26,7 +31,7 @@ from typing import Any
 from starlette.responses import Response
 
 from engine.errors import PolicyError
-from engine.policy.compiler import CostLimits
+from engine.policy.compiler import CompileDeadline, CostLimits
 from engine.policy.objects import KINDS, admission_text, check_object, object_name
 
 from server.admission.webhook import review_endpoint, review_response
@@ -37,6 +42,8 @@ log = logging.getLogger("kpe.webhook")
 CHECKED = ("CREATE", "UPDATE")
 # What the API server reports for a refused write: kubectl shows "Error from server (Invalid)".
 REFUSED_CODE, REFUSED_REASON = 422, "Invalid"
+# The share of the API server's timeout the check may take: the rest is for the queue before it and the answer.
+CHECK_SHARE = 0.8
 
 
 def refusal(uid: str, obj: dict[str, Any], errors: list[PolicyError]) -> dict[str, Any]:
@@ -69,7 +76,7 @@ def unchanged_spec(review: dict[str, Any], obj: dict[str, Any]) -> bool:
     return isinstance(old, dict) and old.get("spec") == obj.get("spec")
 
 
-async def _review(review: dict[str, Any], state: ServerState) -> Response:
+async def _review(review: dict[str, Any], state: ServerState, waits: float) -> Response:
     uid = review["uid"]
     kind = review.get("kind")
     obj = review.get("object")
@@ -81,7 +88,9 @@ async def _review(review: dict[str, Any], state: ServerState) -> Response:
         return json_response({"error": f"AdmissionReview.request.object: expected the {kind.get('kind')} object, got {type(obj).__name__}"}, 400)
     settings = state.settings
     limits = CostLimits(settings.cel_cost_limit, settings.cel_admission_cost_limit)
-    checked = await state.admission_worker.run(check_object, obj, cost_limits=limits)
+    # Counted from now: time spent waiting for the worker is time the API server waits too.
+    deadline = CompileDeadline.after(waits * CHECK_SHARE)
+    checked = await state.admission_worker.run(check_object, obj, cost_limits=limits, deadline=deadline)
     if checked.ok:
         state.metrics.policy_reviews.labels("allowed").inc()
         return json_response(review_response(uid, warnings=checked.warnings))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -109,7 +110,22 @@ def decode_review(body: Any) -> dict[str, Any]:
     return request
 
 
-Review = Callable[[dict[str, Any], ServerState], Awaitable[Response]]
+Review = Callable[[dict[str, Any], ServerState, float], Awaitable[Response]]
+"""``review(request's review, state, waits)``: ``waits`` is how long the API server waits for the answer."""
+
+DEFAULT_TIMEOUT_S = 10.0  # a webhook's timeoutSeconds when its configuration sets none
+_GO_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?")
+
+
+def api_server_timeout(text: str | None) -> float:
+    """The ``timeout`` query parameter the API server adds to a webhook's URL (its
+    ``timeoutSeconds``, as a Go duration: ``5s``, ``1m0s``), in seconds; the default without one."""
+    found = _GO_DURATION.fullmatch(text or "")
+    if not text or found is None or not any(found.groups()):
+        return DEFAULT_TIMEOUT_S
+    hours, minutes, seconds, millis = found.groups()
+    total = int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0) + int(millis or 0) / 1000
+    return total if total > 0 else DEFAULT_TIMEOUT_S
 
 
 def review_endpoint(verb: str, what: str, outcomes: Callable[[Metrics], Any], review: Review) -> Callable[[Request], Awaitable[Response]]:
@@ -126,7 +142,7 @@ def review_endpoint(verb: str, what: str, outcomes: Callable[[Metrics], Any], re
                 outcomes(state.metrics).labels("invalid").inc()
                 response = json_response({"error": exc.message}, exc.status)
             else:
-                response = await review(decoded, state)
+                response = await review(decoded, state, api_server_timeout(request.query_params.get("timeout")))
         except Exception as exc:  # noqa: BLE001 - a bug must answer in JSON, not reset the API server's connection
             log.exception("internal error in the %s", what)
             response = json_response({"error": f"kpe internal error in the {what}: {type(exc).__name__}: {exc}"}, 500)
@@ -137,7 +153,7 @@ def review_endpoint(verb: str, what: str, outcomes: Callable[[Metrics], Any], re
     return endpoint
 
 
-async def _review(review: dict[str, Any], state: ServerState) -> Response:
+async def _review(review: dict[str, Any], state: ServerState, waits: float) -> Response:
     uid = review["uid"]
     kind = review.get("kind")
     pod = review.get("object")

@@ -6,8 +6,10 @@ deploy/webhook.yaml documents)."""
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,6 +102,14 @@ spec:
         warned = write(cluster, "POST", POLICIES + "?dryRun=All", sloppy)
         print(f"[e2e policy webhook] a rule that fails on pods without the label: {warned.status_code}, Warning: {warned.headers.get('warning', '')}")
         assert warned.status_code == 201
+        # An object too slow to check within the API server's timeout (1.5 MB of expressions: half a
+        # minute to compile) is refused in time, not let through unchecked when the API server gives up.
+        huge = policy(f"huge-{suffix}", "true")
+        huge["spec"]["filters"] = [{"name": f"f{i}", "expression": "pod.metadata.?labels[?'a'].orValue('') == 'x' || " * 195 + "true"} for i in range(150)]
+        started = time.monotonic()
+        slow = write(cluster, "POST", POLICIES + "?dryRun=All", huge)
+        print(f"[e2e policy webhook] a {len(json.dumps(huge)):,}-byte policy: {slow.status_code} in {time.monotonic() - started:.1f} s: {slow.json().get('message', '')[:160]}")
+        assert slow.status_code == 422 and "KPE309" in slow.json()["message"], slow.text[:500]
         assert warned.headers.get("warning", "").startswith('299 - "spec.filters[0].expression: KPE600 pod.metadata.labels[\'app\'] fails on a pod without')
         assert write(cluster, "POST", POLICIES, policy(good, "node.metadata.name != ''")).status_code == 201
         reviews = kpe.metric("kpe_policy_reviews_total", result="allowed")
