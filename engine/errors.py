@@ -17,6 +17,7 @@ CODES = {
     "KPE101": "invalid YAML",
     "KPE102": "duplicate key in a YAML mapping",
     "KPE103": "document is not a kpe object",
+    "KPE104": "document over the size limit",
     "KPE200": "schema violation",
     "KPE300": "CEL syntax error",
     "KPE301": "undeclared reference in CEL",

@@ -100,3 +100,21 @@ def test_libyaml_and_python_give_the_same_documents_and_positions(monkeypatch: p
         (fast_docs, fast_errors), (slow_docs, slow_errors) = fast[name], slow[name]
         assert fast_errors == slow_errors == []
         assert [(d.data, d.positions, d.key_positions) for d in fast_docs] == [(d.data, d.positions, d.key_positions) for d in slow_docs], name
+
+
+def test_a_document_over_the_size_limit_is_refused_unparsed_and_the_others_keep_their_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.policy import documents
+
+    monkeypatch.setattr(documents, "DOCUMENT_LIMIT", 4096)  # the same rule as at 1.5 MiB, on a small file
+    first = "apiVersion: kpe.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: ok}\nspec:\n  filters: [{name: f, expression: 'true'}]\n"
+    # Broken YAML too: parsed, it would be a KPE101 instead.
+    big = "---\napiVersion: kpe.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: big}\nspec:\n  params:\n" + "".join(f"    k{i}: [{'x' * 60}\n" for i in range(100))
+    last = "---\napiVersion: kpe.dev/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: last}\nspec:\n  filters: [{name: f, expression: 'nodee'}]\n"
+    (tmp_path / "p.yaml").write_text(first + big + last)
+    with pytest.raises(PolicyLoadError) as caught:
+        load([tmp_path])
+    assert [e.render().splitlines()[0] for e in caught.value.errors] == [
+        f"{tmp_path / 'p.yaml'}:6:1: error[KPE104] document of 7 KiB, over the 4 KiB one object may be (etcd's limit): not parsed; split it into several policies",
+        f"{tmp_path / 'p.yaml'}:117:36: error[KPE301] last: spec.filters[0].expression: undeclared reference to 'nodee'; did you mean 'node'? "
+        "(this expression can read: node, nodeInfo, pod, namespaceObject, params, now, dra, counts, variables)",
+    ]

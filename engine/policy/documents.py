@@ -8,6 +8,7 @@ overwrites, are reported.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,11 +63,43 @@ def format_path(path: Path) -> str:
 
 _FAST: Any = getattr(yaml, "CSafeLoader", None)
 
+# The most one document may hold: etcd's limit for one object (1.5 MiB), so no policy file holds a
+# document that could not be applied as an object. A bigger one is refused before it is parsed.
+DOCUMENT_LIMIT = 1536 * 1024
+_MARKER = re.compile(r"^(?:---|\.\.\.)(?=[ \t\r\n]|$)", re.M)
+
+
+def _without_oversized(text: str, file: str) -> tuple[str, list[PolicyError]]:
+    """``text`` with each document over ``DOCUMENT_LIMIT`` blanked out (its lines kept as empty
+    lines, so the others' lines and columns stay right), and a KPE104 for each."""
+    if len(text) <= DOCUMENT_LIMIT:
+        return text, []
+    bounds = [0] + [m.start() for m in _MARKER.finditer(text)] + [len(text)]
+    parts: list[str] = []
+    errors: list[PolicyError] = []
+    for start, end in zip(bounds, bounds[1:]):
+        chunk = text[start:end]
+        if len(chunk.encode()) > DOCUMENT_LIMIT:
+            line = text.count("\n", 0, start) + 1
+            size = len(chunk.encode())
+            shown = f"{size / 1048576:.1f} MiB" if size >= 1048576 else f"{size / 1024:.0f} KiB"
+            errors.append(PolicyError(
+                "KPE104",
+                f"document of {shown}, over the {DOCUMENT_LIMIT // 1024} KiB one object may be (etcd's limit): not parsed; "
+                "split it into several policies",
+                Location(file, line, 1),
+            ))
+            first_newline = chunk.find("\n")
+            marker = chunk[: first_newline + 1] if chunk.startswith(("---", "...")) and first_newline >= 0 else ""
+            chunk = marker + "\n" * chunk.count("\n", len(marker))
+        parts.append(chunk)
+    return "".join(parts), errors
+
 
 def load_documents(text: str, file: str) -> tuple[list[Document], list[PolicyError]]:
     """Every non-empty document in ``text``; YAML errors are returned, not raised."""
     docs: list[Document] = []
-    errors: list[PolicyError] = []
+    text, errors = _without_oversized(text, file)
     try:
         # libyaml's parser when PyYAML has it: the same nodes and marks, about 80 times faster
         # (a 7.9 MB file: 0.16 s against 13.6 s). A file it refuses is parsed again in Python,
@@ -81,9 +114,9 @@ def load_documents(text: str, file: str) -> tuple[list[Document], list[PolicyErr
         mark = exc.problem_mark or exc.context_mark
         loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
         problem = " ".join(part for part in (exc.context, exc.problem) if part)
-        return [], [PolicyError("KPE101", f"invalid YAML: {problem}", loc)]
+        return [], errors + [PolicyError("KPE101", f"invalid YAML: {problem}", loc)]
     except yaml.YAMLError as exc:
-        return [], [PolicyError("KPE101", f"invalid YAML: {exc}", Location(file, 1, 1))]
+        return [], errors + [PolicyError("KPE101", f"invalid YAML: {exc}", Location(file, 1, 1))]
     # One list of the file's lines, shared by its documents (read only, for error carets): a
     # copy each made a file of N policies cost memory with N squared (1,000 in one file, 1 GB).
     lines = text.split("\n")
