@@ -9,8 +9,12 @@ Argo CD / Flux should render the base as it is. The copy is byte-for-byte and
 tests/test_deploy.py fails when it differs from policies/, so it cannot drift
 silently.
 
-    python deploy/sync_policies.py          # rewrite deploy/examples/
-    python deploy/sync_policies.py --check  # exit 1 if it is out of date (CI)
+The Helm chart (deploy/helm/kpe) holds copies too, for the same reason (helm reads no file
+outside the chart): the example policies in files/examples/, the CRDs in crds/ (Helm's place
+for them), and files/ the scheduler's configuration, the alerts and the dashboard.
+
+    python deploy/sync_policies.py          # rewrite deploy/examples/ and the chart's copies
+    python deploy/sync_policies.py --check  # exit 1 if either is out of date (CI)
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "policies"
 TARGET = ROOT / "deploy" / "examples"
+CHART = ROOT / "deploy" / "helm" / "kpe"
 CONFIGMAP = "kpe-policies"
 KUSTOMIZATION = "kustomization.yaml"
 
@@ -83,19 +88,58 @@ def sync(source: Path = SOURCE, target: Path = TARGET) -> list[str]:
     return changes
 
 
+def chart_copies() -> dict[Path, dict[str, Path]]:
+    """The chart's folders of copies: each file's name there and the file it copies."""
+    deploy = ROOT / "deploy"
+    return {
+        CHART / "files" / "examples": {p.name: p for p in policy_files()},
+        CHART / "crds": {name: deploy / "crds" / name for name in ("schedulingpolicies.yaml", "reservations.yaml")},
+        CHART / "files": {
+            "scheduler-config.yaml": deploy / "scheduler" / "scheduler-config.yaml",
+            "prometheusrule.yaml": deploy / "monitoring" / "prometheusrule.yaml",
+            "dashboard.json": deploy / "monitoring" / "dashboard.json",
+        },
+    }
+
+
+def chart_differences() -> list[str]:
+    problems = []
+    for folder, files in chart_copies().items():
+        have = actual(folder)
+        where = folder.relative_to(ROOT)
+        problems += [f"{where}: missing {name}" for name in sorted(files.keys() - have.keys())]
+        problems += [f"{where}: stale {name}" for name in sorted(have.keys() - files.keys())]
+        problems += [f"{where}: differs {name}" for name in sorted(files.keys() & have.keys()) if files[name].read_text(encoding="utf-8") != have[name]]
+    return problems
+
+
+def sync_chart() -> list[str]:
+    changes = chart_differences()
+    for folder, files in chart_copies().items():
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in folder.iterdir():
+            if path.is_file() and path.name not in files:
+                path.unlink()
+        for name, source in files.items():
+            text = source.read_text(encoding="utf-8")
+            if not (folder / name).exists() or (folder / name).read_text(encoding="utf-8") != text:
+                (folder / name).write_text(text, encoding="utf-8")
+    return changes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="only report whether deploy/examples/ is up to date")
+    parser.add_argument("--check", action="store_true", help="only report whether deploy/examples/ and the chart's copies are up to date")
     args = parser.parse_args(argv)
     if args.check:
-        problems = differences()
+        problems = [f"deploy/examples: {p}" for p in differences()] + chart_differences()
         for problem in problems:
-            print(f"deploy/examples: {problem}", file=sys.stderr)
+            print(problem, file=sys.stderr)
         if problems:
             print("run: python deploy/sync_policies.py", file=sys.stderr)
         return 1 if problems else 0
-    for change in sync():
-        print(f"deploy/examples: {change.replace('missing', 'added').replace('stale', 'removed').replace('differs', 'updated')}")
+    for change in [f"deploy/examples: {c}" for c in sync()] + sync_chart():
+        print(change.replace("missing", "added").replace("stale", "removed").replace("differs", "updated"))
     return 0
 
 
