@@ -6,6 +6,7 @@ cannot drift; and one version is the chart's, the image's and kpe's."""
 from __future__ import annotations
 
 import copy
+import subprocess
 import re
 import tomllib
 from pathlib import Path
@@ -153,3 +154,16 @@ def test_the_chart_s_copies_of_the_policies_crds_and_files_are_those_of_the_repo
     assert sorted(p.name for p in (CHART / "files" / "examples").iterdir()) == sorted(p.name for p in (ROOT / "policies").glob("*.yaml"))
     stale = [str(copy.relative_to(ROOT)) for copy, source in pairs if copy.read_text() != source.read_text()]
     assert stale == [], "run python deploy/sync_policies.py"
+
+
+def test_the_chart_lints_clean_and_refuses_a_value_that_fits_no_choice() -> None:
+    from tests.helm import need_helm
+
+    helm = need_helm()
+    linted = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True, timeout=60)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    typo = subprocess.run([helm, "template", "kpe", str(CHART), "--set", "policies.source=clusters"], capture_output=True, text=True, timeout=60)
+    assert typo.returncode == 1
+    assert "at '/policies/source': value must be one of 'files', 'cluster'" in typo.stderr
+    unknown = subprocess.run([helm, "template", "kpe", str(CHART), "--set", "replica=3"], capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 1 and "additional properties 'replica' not allowed" in unknown.stderr
