@@ -5,6 +5,9 @@ and to cel-python's interpreter, on a realistic GPU node and training pod.
     .venv/bin/python bench/cel_bench.py --quick    # a fast smoke run
     .venv/bin/python bench/cel_bench.py --rows 1,4 # only some rows
 
+It needs cel-python, which kpe does not depend on: ``pip install -e '.[bench]'``
+(the test extra has it too).
+
 Before timing anything the script checks that hand-written Python, kpe
 (``evaluate`` and ``bind(pod=...)(node=...)``) and cel-python agree on every
 row's result, and prints the results.
@@ -40,7 +43,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import celpy  # noqa: E402
+try:
+    import celpy  # noqa: E402
+except ImportError:
+    # Not a dependency of kpe (which never runs it): an extra of its own.
+    sys.exit("bench/cel_bench.py compares kpe with cel-python, which is not installed: pip install -e '.[bench]'")
 
 import engine.cel as cel  # noqa: E402
 
