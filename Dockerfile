@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# kpe's image: `docker build -t kpe:0.1.0 .` (BuildKit, the default since Docker 23).
+# kpe's image (BuildKit, the default since Docker 23):
+#   docker build --build-arg KPE_COMMIT=$(git rev-parse --short HEAD) -t kpe:0.1.0 .
 # Two stages: the builder turns the project and its dependencies into wheels;
 # the final stage installs only those wheels into a venv, so no compiler,
 # build backend or source tree ends up in the image.
@@ -17,7 +18,11 @@ COPY schemas/ schemas/
 # Every dependency publishes wheels for CPython 3.11 on linux amd64 and arm64, so
 # this stage needs no compiler either; a platform without them would need
 # build-essential here (in this stage only).
-RUN pip wheel --wheel-dir /wheels .
+# The commit for `kpe --version` (server/cli/release.py): the wheel carries no git history,
+# so the build writes it down. Without the argument the image says "commit unknown".
+ARG KPE_COMMIT=""
+RUN python -c 'import json, sys; json.dump({"commit": sys.argv[1]}, open("server/buildinfo.json", "w"))' "$KPE_COMMIT" \
+ && pip wheel --wheel-dir /wheels .
 
 # -- final ------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

@@ -212,17 +212,6 @@ def render_settings_reference() -> str:
 # -- the kpe command ------------------------------------------------------------------------
 
 
-def _exit_codes(run: Any) -> str:
-    """The "Exit codes: ..." paragraph of the docstring of the module a command runs in."""
-    import re
-
-    doc = sys.modules[run.__module__].__doc__ or ""
-    found = re.search(r"Exit codes: (.*?)(?:\n\n|$)", doc, re.S)
-    if not found:
-        return ""
-    return " ".join(found.group(1).split()).replace("``", "`")
-
-
 def _option_row(action: Any) -> str:
     import argparse
 
@@ -230,7 +219,7 @@ def _option_row(action: Any) -> str:
         names = ", ".join(f"`{o}`" for o in action.option_strings)
     else:
         names = f"`{action.metavar or action.dest}` (positional)"
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction, argparse._VersionAction)):
+    if action.nargs == 0:  # a switch: --strict, --no-bind, --version
         value = ""
     elif action.choices:
         value = " \\| ".join(f"`{c}`" for c in action.choices)
@@ -268,9 +257,8 @@ def render_cli_reference() -> str:
         out += ["", f"## `kpe {name}`", "", cell(str(helps.get(name) or "")) + "."]
         if command.description and name != "serve":
             out += ["", cell(command.description)]
-        codes = _exit_codes(command.get_default("run"))
-        if codes:
-            out += ["", f"Exit codes: {codes}"]
+        if command.epilog:  # what each exit code means, as the end of `kpe COMMAND --help` says it
+            out += ["", cell(command.epilog)]
         if name == "serve":
             out += ["", "Every option is a setting: see [the settings reference](settings.md)."]
             continue

@@ -26,6 +26,14 @@ POLICY_SOURCES = ("files", "cluster")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
+def exit_codes(ok: str, failed: str | None, usage: str) -> str:
+    """The paragraph that ends a command's ``--help`` (and its section of docs/reference/cli.md):
+    what each exit code means for that command, so a CI script can tell its failures apart.
+    ``failed`` None: the command never exits 1."""
+    meanings = [(EXIT_OK, ok), (EXIT_FAILED, failed), (EXIT_USAGE, usage)]
+    return "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in meanings if meaning) + "."
+
+
 NO_POLICIES = (
     "no policies given: name a policy file or directory with --policies PATH (KPE_POLICIES for kpe serve); "
     "kpe uses no policy it was not given (the examples in its repository's policies/ folder included)"
@@ -187,7 +195,7 @@ class Settings:
         metadata={
             "group": "cluster access and cache",
             "help": "how long a pod kpe's filter passed counts, for filters that read nodeInfo, on every node it passed, until kpe "
-            "sees it bound, failed or deleted (kube-scheduler may have placed it on any of them: docs/policies.md); 0 counts only "
+            "sees it bound, failed or deleted (kube-scheduler may have placed it on any of them: docs/policy-format.md, Pods in flight); 0 counts only "
             "bound pods and pods nominated to a node, which lets a burst of pods past a per-node limit",
         },
     )
@@ -381,4 +389,4 @@ def describe(settings: Settings) -> dict[str, Any]:
     return {f.name: getattr(settings, f.name) for f in fields(Settings)}
 
 
-__all__ = ["Settings", "add_arguments", "describe", "env_name", "grouped_fields", "load_settings"]
+__all__ = ["Settings", "add_arguments", "describe", "env_name", "exit_codes", "grouped_fields", "load_settings"]

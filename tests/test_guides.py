@@ -429,7 +429,8 @@ def test_every_api_path_the_docs_name_is_served() -> None:
 
 # Flags of other programs that the docs use.
 OTHER_PROGRAMS = {"--cacert", "--cert", "--key", "--resolve", "--admission-control-config-file", "--dry-run", "--runtime-config", "--feature-gates",
-                  "--gil", "--format", "--pid"}  # the last three: py-spy's, which bench/profile_phases.py reads the output of
+                  "--gil", "--format", "--pid",  # these three: py-spy's, which bench/profile_phases.py reads the output of
+                  "--build-arg", "--short"}  # docker build's and git rev-parse's, for the commit kpe --version names
 
 
 def kpe_options() -> set[str]:
@@ -437,13 +438,15 @@ def kpe_options() -> set[str]:
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return {opt for command in sub.choices.values() for action in command._actions for opt in action.option_strings}
+    own = {opt for action in parser._actions for opt in action.option_strings}  # kpe --version
+    return own | {opt for command in sub.choices.values() for action in command._actions for opt in action.option_strings}
 
 
 def test_every_flag_and_variable_the_docs_name_exists() -> None:
     options = kpe_options()
     scripts = "".join(p.read_text() for p in [*(ROOT / "bench").glob("*.py"), EXAMPLES / "make_requests.py", ROOT / "deploy" / "sync_policies.py"])
     variables = {env_name(name) for name in Settings.__dataclass_fields__}
+    variables |= set(re.findall(r"^ARG (KPE_\w+)", (ROOT / "Dockerfile").read_text(), re.M))  # the image's build arguments
     for page in WRITTEN:
         text = page.read_text()
         for flag in set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", text)):

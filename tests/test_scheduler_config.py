@@ -359,7 +359,7 @@ def test_header_names_the_command_that_reproduces_the_output(tmp_path: Path) -> 
     ],
 )
 def test_usage_errors(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
-    code, text = run(*argv)
+    code, text = run("--policies", str(ROOT / "policies"), *argv)  # --policies is required; the options are what is wrong
     assert code == EXIT_USAGE and text == ""
     assert capsys.readouterr().err.startswith("kpe scheduler-config: ")
 

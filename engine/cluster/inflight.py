@@ -22,7 +22,7 @@ passes only if the filters pass on it both with and without the pods in flight t
 (kube-scheduler runs its filters both ways too when it adds nominated pods): counting
 them is conservative; it can reject a node the pod would have fit, and kube-scheduler
 tries the pod again on the next cluster event, which the binding of the pod in flight is.
-``docs/policies.md`` explains the trade-off.
+``docs/policy-format.md`` ("Pods in flight") explains the trade-off.
 
 A pod of a pod group (``spec.schedulingGroup``, the Workload API, beta in 1.37 behind
 GenericWorkload) is never recorded from a filter: kube-scheduler filters such a pod once per

@@ -20,7 +20,7 @@ shares while the API server has given up waiting.
 
 When kpe does not answer, deploy/webhook.yaml's ``failurePolicy: Ignore`` lets the write
 through: kpe down must never keep the objects that repair it from being written or deleted
-(docs/guides/policies-in-the-cluster.md).
+(docs/guides/audit-and-admission.md, "When kpe is down").
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The ``kpe`` command: check, test, explain, diff, snapshot, scheduler-config and serve."""
+"""The ``kpe`` command: check, test, explain, diff, snapshot, scheduler-config, serve and completion."""

@@ -4,9 +4,8 @@ pods, before it is merged (``engine.reports.impact.compare``; printed by ``engin
 The cluster comes from a snapshot (``--snapshot FILE``, made by ``kpe snapshot``:
 a CI job needs no credentials) or live (``--kubeconfig``, in-cluster).
 
-Exit codes: 0 no change (or none that ``--fail-on`` counts), 1 changes (with
-``--fail-on unschedulable``: a pod would become unschedulable), 2 errors (usage,
-a policy set that does not load, an unreadable snapshot, an unreachable cluster).
+A CI job fails a pull request on its exit code (EXIT_CODES, the end of ``kpe diff --help``):
+``--fail-on`` chooses which changes make it 1.
 """
 
 from __future__ import annotations
@@ -23,9 +22,14 @@ from engine.policy.model import PolicySet
 from engine.cluster.snapshot import Snapshot, SnapshotError, read
 
 from server.cli.remote import add_cluster_arguments, read_cluster, read_namespaces, with_cluster
-from server.settings import UsageError
+from server.settings import UsageError, exit_codes
 
 EXIT_NO_CHANGE, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
+EXIT_CODES = exit_codes(
+    "no change (or none that --fail-on counts)",
+    "changes (with --fail-on unschedulable: a pod would become unschedulable)",
+    "errors: usage, a policy set that does not load, an unreadable snapshot, an unreachable cluster",
+)
 FAIL_ON = ("changes", "unschedulable", "never")
 DEFAULT_SAMPLE = 100
 
@@ -89,8 +93,8 @@ def add_diff_command(sub: Any) -> None:
         "diff",
         help="preview what a policy change does to the cluster's pods",
         description="Decide every pending pod and a sample of running pods under two policy sets and print what changes: "
-        "nodes gained and lost, pods that become unschedulable, gates, preemption, ranking. "
-        "Exit 0 no change, 1 changes, 2 errors.",
+        "nodes gained and lost, pods that become unschedulable, gates, preemption, ranking.",
+        epilog=EXIT_CODES,
     )
     diff.add_argument("--from", dest="old", nargs="+", required=True, metavar="PATH", help="the policies now (files or directories)")
     diff.add_argument("--to", dest="new", nargs="+", required=True, metavar="PATH", help="the policies proposed")

@@ -1,14 +1,15 @@
 """The ``kpe`` command: check, test and explain policies (serve comes with the server;
-snapshot and diff in server.cli.snapshot and server.cli.diff).
+snapshot and diff in server.cli.snapshot and server.cli.diff, completion in
+server.cli.completion).
 
-Exit codes: 0 clean, 1 policy errors or failed tests, 2 usage errors and inputs that
-cannot be read (a file, the cluster, a running kpe).
+Every command exits 0 when it did what it was asked, 1 when it found something wrong
+(policy errors, failed tests, changes) and 2 on usage errors and inputs that cannot be
+read; its ``--help`` ends with what each code means for it (``epilog=``).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import sys
@@ -29,7 +30,8 @@ from engine.reports.tables import render_table
 from server.settings import EXIT_FAILED as EXIT_FAILED
 from server.settings import EXIT_OK as EXIT_OK
 from server.settings import EXIT_USAGE as EXIT_USAGE
-from server.settings import Settings, UsageError, env_name, policy_paths
+from server.cli.release import VersionAction, supported_kubernetes
+from server.settings import Settings, UsageError, env_name, exit_codes, policy_paths
 
 
 
@@ -244,23 +246,39 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
 # -- main --------------------------------------------------------------------------
 
 
-def version() -> str:
-    try:
-        return importlib.metadata.version("kube-policy-extender")
-    except importlib.metadata.PackageNotFoundError:
-        # Run from a checkout that was never installed (python -m server.cli): the version it declares.
-        import tomllib
-
-        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-        return str(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"])
+CHECK_EXIT_CODES = exit_codes(
+    "the policies load (with --strict: without warnings)", "policy errors (with --strict: warnings too)", "usage errors and paths that cannot be read"
+)
+TEST_EXIT_CODES = exit_codes(
+    "every case passed",
+    "a case failed, or a test file or the policies it names do not load",
+    "usage errors: a path that does not exist, or no PolicyTest in the paths given",
+)
+EXPLAIN_EXIT_CODES = exit_codes(
+    "explained",
+    "the policies do not load",
+    "usage errors, files that cannot be read, a cluster or a running kpe that cannot be reached, a pod that does not exist",
+)
+SCHEDULER_CONFIG_EXIT_CODES = exit_codes(
+    "printed",
+    "the policies do not load, or none has filters, scores or preemption (nothing for kube-scheduler to call kpe for) and --bind is not given",
+    "usage errors: no --policies, options that do not go together",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kpe", description="kpe: CEL scheduling policies for kube-scheduler")
-    parser.add_argument("--version", action="version", version=f"kpe {version()}", help="print kpe's version and exit")
+    parser = argparse.ArgumentParser(
+        prog="kpe",
+        description="kpe: CEL scheduling policies for kube-scheduler",
+        epilog="Each command's --help ends with what its exit codes mean. Shell completion: kpe completion bash (or zsh).",
+    )
+    parser.add_argument(
+        "--version", action=VersionAction,
+        help=f"print kpe's version, the commit it was built from and the Kubernetes versions it supports ({supported_kubernetes()}), and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    check = sub.add_parser("check", help="load policies and report every error")
+    check = sub.add_parser("check", help="load policies and report every error", epilog=CHECK_EXIT_CODES)
     check.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
     check.add_argument("--output", choices=("text", "json"), default="text")
     check.add_argument(
@@ -278,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
     check.set_defaults(run=cmd_check)
 
-    test = sub.add_parser("test", help="run PolicyTest files")
+    test = sub.add_parser("test", help="run PolicyTest files", epilog=TEST_EXIT_CODES)
     test.add_argument("paths", nargs="+", metavar="PATH", help="PolicyTest files or directories")
     test.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
     test.add_argument("--output", choices=("text", "json"), default="text")
@@ -291,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="show what the policies decide for a pod on each node",
         description="kpe explain --pod FILE --nodes FILE: a pod and nodes from files. "
         "kpe explain pod NAMESPACE/NAME: a pod of the live cluster (--kubeconfig, in-cluster) or of a running kpe (--server).",
+        epilog=EXPLAIN_EXIT_CODES,
     )
     exp.add_argument("target", nargs="*", metavar="pod NAMESPACE/NAME", help="explain this pod of the cluster instead of files")
     exp.add_argument(
@@ -301,7 +320,11 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--nodes", metavar="FILE", help="nodes: a NodeList, a list, or YAML documents")
     exp.add_argument("--cluster-pods", metavar="FILE", help="pods already running (for nodeInfo and admission)")
     exp.add_argument("--namespaces", metavar="FILE", help="Namespace objects: the pod's is namespaceObject (null when not among them)")
-    exp.add_argument("--policies", nargs="+", metavar="PATH", help="policy files or directories (default: the shipped policies)")
+    # Not required=True: with --server the policies are the ones that kpe serves, and giving any is refused.
+    exp.add_argument(
+        "--policies", nargs="+", metavar="PATH",
+        help="policy files or directories; required, except with --server (which explains with the policies that kpe serves)",
+    )
     exp.add_argument("--output", choices=("table", "json", "markdown"), default="table")
     add_explain_pod_arguments(exp)
     exp.set_defaults(run=cmd_explain)
@@ -313,10 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
         "scheduler-config",
         help="print the kube-scheduler extender configuration the policies need",
         description="Print kube-scheduler's `extenders:` entry for kpe (verbs and managedResources follow the policies).",
+        epilog=SCHEDULER_CONFIG_EXIT_CODES,
     )
     add_scheduler_config_arguments(sched)
     sched.set_defaults(run=cmd_scheduler_config)
 
+    from server.cli.completion import add_completion_command
     from server.cli.diff import add_diff_command
     from server.cli.serve import add_serve_command
     from server.cli.snapshot import add_snapshot_command
@@ -324,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_snapshot_command(sub)
     add_diff_command(sub)
     add_serve_command(sub)
+    add_completion_command(sub, parser)
     return parser
 
 

@@ -4,7 +4,7 @@ Two sources, one report (``engine.reports.diagnosis.diagnose``, printed by ``eng
 
 - the cluster itself (``--kubeconfig`` or in-cluster credentials): the pod, every
   node and every pod are read from the API server and decided with the policies
-  given with ``--policies`` (default: the shipped ones), ``nodeInfo`` made from
+  given with ``--policies`` (required: there is no default set), ``nodeInfo`` made from
   the pods bound to each node, ``dra`` from the cluster's resource.k8s.io/v1 objects
   (the devices the pod asks for and each node's free devices are shown), the
   reservations' slots from the placeholders in
@@ -19,8 +19,7 @@ preemption, and by which policy's rule: from that replica's decision log
 (``/apis/v1/decisions``), or from the PreemptionVetoed Event kpe posted on the pod
 (``server.verbs.vetoes``).
 
-Exit codes: 0 explained, 1 the policies have errors, 2 usage errors and
-failures to reach the cluster or kpe, or an unknown pod.
+Exit codes: those of ``kpe explain`` (server.cli.main's EXPLAIN_EXIT_CODES).
 """
 
 from __future__ import annotations

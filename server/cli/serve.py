@@ -6,7 +6,13 @@ import argparse
 import logging
 from typing import Any
 
-from server.settings import Settings, UsageError, add_arguments, load_settings, plain
+from server.settings import Settings, UsageError, add_arguments, exit_codes, load_settings, plain
+
+EXIT_CODES = exit_codes(
+    "stopped by a signal (SIGTERM, Ctrl-C)",
+    "the policies do not load at start-up (files, or the cluster's objects), or kpe could not start (a port in use)",
+    "usage errors: settings that are invalid or do not go together, no policies given, the cluster cannot be the policy source (no CRDs, no access)",
+)
 
 
 def uvicorn_options(settings: Settings, *, app: Any = None) -> dict[str, Any]:
@@ -80,6 +86,7 @@ def add_serve_command(sub: Any) -> None:
         # Forty-odd flags spelled out in the usage line would bury the help below it.
         usage="%(prog)s [options]",
         description=plain(__doc__ or "") + " Every option is also a KPE_* environment variable: a flag wins over the variable, the variable over the default.",
+        epilog=EXIT_CODES,
     )
     add_arguments(serve)
     serve.set_defaults(run=cmd_serve)

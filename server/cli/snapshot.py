@@ -2,8 +2,6 @@
 nodes and pods, trimmed; ``engine.cluster.snapshot``), optionally anonymised
 (``engine.cluster.anonymise``) and with a running kpe's view (``--server``), so that
 ``kpe diff --snapshot FILE`` runs where there are no cluster credentials.
-
-Exit codes: 0 written, 2 usage errors and failures to reach the cluster or kpe.
 """
 
 from __future__ import annotations
@@ -25,9 +23,10 @@ from server.cli.remote import (
     read_namespaces,
     with_cluster,
 )
-from server.settings import UsageError
+from server.settings import UsageError, exit_codes
 
 EXIT_OK = 0
+EXIT_CODES = exit_codes("written", None, "usage errors, a file that cannot be written, a cluster or a running kpe that cannot be reached")
 POLICY_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -113,6 +112,7 @@ def add_snapshot_command(sub: Any) -> None:
         help="save the cluster's nodes and pods for kpe diff",
         description="Save what kpe's decisions need from a live cluster (nodes and pods, trimmed) to a file, "
         "optionally anonymised, so that kpe diff --snapshot runs without cluster credentials.",
+        epilog=EXIT_CODES,
     )
     snap.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the snapshot (JSON; gzip-compressed when FILE ends in .gz)")
     add_cluster_arguments(snap)

@@ -455,7 +455,7 @@ def cmd_scheduler_config(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policies", nargs="+", metavar="PATH", help="policy files or directories (default: the shipped policies)")
+    parser.add_argument("--policies", nargs="+", required=True, metavar="PATH", help="policy files or directories (required: kpe uses no policy it was not given)")
     parser.add_argument("--url", default=DEFAULT_URL, help=f"kpe's extender URL prefix as kube-scheduler reaches it (default: {DEFAULT_URL})")
     parser.add_argument("--api-version", choices=API_VERSIONS, default="v1", help=f"{API_GROUP} version (default: v1; v1beta3 for Kubernetes before 1.25)")
     parser.add_argument("--entry-only", action="store_true", help="print only the extender entry, not a whole KubeSchedulerConfiguration")
