@@ -430,7 +430,8 @@ def test_every_api_path_the_docs_name_is_served() -> None:
 # Flags of other programs that the docs use.
 OTHER_PROGRAMS = {"--cacert", "--cert", "--key", "--resolve", "--admission-control-config-file", "--dry-run", "--runtime-config", "--feature-gates",
                   "--gil", "--format", "--pid",  # these three: py-spy's, which bench/profile_phases.py reads the output of
-                  "--build-arg", "--short"}  # docker build's and git rev-parse's, for the commit kpe --version names
+                  "--build-arg", "--short",  # docker build's and git rev-parse's, for the commit kpe --version names
+                  "--namespace", "--create-namespace", "--set", "--reuse-values", "--wait"}  # helm's, in docs/install.md
 
 
 def kpe_options() -> set[str]:

@@ -167,3 +167,12 @@ def test_the_chart_lints_clean_and_refuses_a_value_that_fits_no_choice() -> None
     assert "at '/policies/source': value must be one of 'files', 'cluster'" in typo.stderr
     unknown = subprocess.run([helm, "template", "kpe", str(CHART), "--set", "replica=3"], capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 1 and "additional properties 'replica' not allowed" in unknown.stderr
+
+
+def test_the_chart_accepts_exactly_the_kubernetes_versions_kpe_supports() -> None:
+    from server.cli.release import SUPPORTED_KUBERNETES
+
+    oldest, newest = SUPPORTED_KUBERNETES
+    major, minor = newest.split(".")
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={oldest}.0-0 <{major}.{int(minor) + 1}.0-0"
