@@ -20,6 +20,16 @@ to /readyz), then kube-scheduler alone (no extender, leader election off; until
 its /readyz). After each has synced and settled 5 s, VmRSS and VmHWM come from
 /proc/PID/status. ``--also-source DIR`` measures another kpe source tree the same
 way on the same cluster (before and after a change).
+
+``--schedule N`` measures the other way too: kpe and a kube-scheduler that calls it (node
+names) run beside each other on the same objects, and N more pods (heterogeneous.py's:
+34 namespaces, about 110 apps, requests drawn per pod) are created pending and scheduled
+through kpe; then both are measured again. What kpe keeps from scheduling counts there (the
+equivalence classes, the decision log, pods in flight, the namespaces and counts the shipped
+policies turn on), and kube-scheduler holds the pods it placed. With it the nodes are
+heterogeneous.py's too, so those pods fit. ``--lean-pods``: the bound pods as a script makes
+them (a container with requests, labels, no status): kube-scheduler's cost a pod then falls
+more than kpe's, which is what moves the ratio between clusters.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import heterogeneous  # noqa: E402
 import realcluster as rc  # noqa: E402
 
 NAMESPACES = ["shop", "search", "batch", "ml-train", "payments"]
@@ -140,14 +151,17 @@ def main() -> int:
     ap.add_argument("--also-source", action="append", default=[], metavar="DIR",
                     help="also measure the kpe of this source tree (python -m server.cli.main with PYTHONPATH=DIR), e.g. an older "
                          "commit from `git archive COMMIT | tar -x -C DIR`; repeatable")
+    ap.add_argument("--schedule", type=int, default=0, metavar="N",
+                    help="then kpe and a kube-scheduler calling it side by side, N more (heterogeneous) pods scheduled through kpe, and both measured again")
+    ap.add_argument("--lean-pods", action="store_true", help="bound pods with only labels and a container's requests (no status, env, volumes)")
     args = ap.parse_args()
     rc.skip_without_binaries()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kpe-memory-bench-") as tmp, rc.control_plane(Path(tmp)) as plane:
         workdir = Path(tmp)
-        for ns in NAMESPACES:
+        for ns in NAMESPACES + (heterogeneous.namespaces() if args.schedule else []):
             plane.api.namespace(ns)
-        names, t_nodes = rc.create_nodes(plane, args.nodes, args.concurrency)
+        names, t_nodes = rc.create_nodes(plane, args.nodes, args.concurrency, shape="heterogeneous" if args.schedule else "default")
         print(f"control plane up; {args.nodes:,} nodes created in {t_nodes:.1f} s", flush=True)
 
         # Baseline: the nodes alone.
@@ -159,12 +173,14 @@ def main() -> int:
         print(f"baseline (nodes only): kpe {mib(base['kpe']['VmRSS'])}, kube-scheduler {mib(base['kube-scheduler']['VmRSS'])}", flush=True)
 
         per_node = (args.pods + args.nodes - 1) // args.nodes
-        t_create = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{NAMESPACES[i % len(NAMESPACES)]}/pods", pod_body(i, names[i // per_node]))
+        make = lean_body if args.lean_pods else pod_body
+        t_create = rc.run_many(plane, [("POST", f"/api/v1/namespaces/{NAMESPACES[i % len(NAMESPACES)]}/pods", make(i, names[i // per_node]))
                                        for i in range(args.pods)], args.concurrency)
         print(f"{args.pods:,} bound pods created in {t_create:.1f} s ({args.pods / t_create:.0f}/s)", flush=True)
-        t_status = rc.run_many(plane, [("PATCH", f"/api/v1/namespaces/{NAMESPACES[i % len(NAMESPACES)]}/pods/{pod_body(i, '')['metadata']['name']}/status",
-                                        pod_status(i)) for i in range(args.pods)], args.concurrency)
-        print(f"their status written in {t_status:.1f} s", flush=True)
+        if not args.lean_pods:
+            t_status = rc.run_many(plane, [("PATCH", f"/api/v1/namespaces/{NAMESPACES[i % len(NAMESPACES)]}/pods/{pod_body(i, '')['metadata']['name']}/status",
+                                            pod_status(i)) for i in range(args.pods)], args.concurrency)
+            print(f"their status written in {t_status:.1f} s", flush=True)
         sample = plane.api.get(f"/api/v1/namespaces/{NAMESPACES[0]}/pods", params={"limit": 200})["items"]
         json_bytes = sum(len(orjson.dumps({"apiVersion": "v1", "kind": "Pod", **p})) for p in sample) / len(sample)
         mf_bytes = sum(len(orjson.dumps(p["metadata"].get("managedFields", []))) for p in sample) / len(sample)
@@ -183,6 +199,7 @@ def main() -> int:
         sched_sync = time.monotonic() - t0
         sched_rss = settle(scheduler.popen.pid, args.settle)
         scheduler.stop()
+        beside = scheduled(plane, workdir, args) if args.schedule else None
 
     print()
     print(f"real kube-apiserver ({plane.binaries.version}), {args.nodes:,} nodes, {args.pods:,} bound pods "
@@ -198,9 +215,56 @@ def main() -> int:
     for label, kpe_sync, kpe_rss in kpes:
         print(f"| {label} / kube-scheduler | {kpe_sync / sched_sync:.1f}x | {kpe_rss['VmRSS'] / sched_rss['VmRSS']:.2f}x | "
               f"{kpe_rss['VmHWM'] / sched_rss['VmHWM']:.2f}x | {base['kpe']['VmRSS'] / base['kube-scheduler']['VmRSS']:.2f}x | |")
+    if beside is not None:
+        kpe_after, sched_after, bound, seconds = beside
+        print()
+        print(f"Beside each other: kpe and a kube-scheduler calling it (node names), then {args.schedule:,} heterogeneous pods created "
+              f"pending; {bound:,} bound through kpe in {seconds:.0f} s (the rest fit no node)")
+        print()
+        print("| process | VmRSS | VmHWM |")
+        print("| --- | --- | --- |")
+        print(f"| kube-scheduler | {mib(sched_after['VmRSS'])} | {mib(sched_after['VmHWM'])} |")
+        print(f"| kpe | {mib(kpe_after['VmRSS'])} | {mib(kpe_after['VmHWM'])} |")
+        print(f"| kpe / kube-scheduler | {kpe_after['VmRSS'] / sched_after['VmRSS']:.2f}x | {kpe_after['VmHWM'] / sched_after['VmHWM']:.2f}x |")
     print()
     print(f"kpe on the nodes alone synced in {kpe_sync0:.1f} s; total {time.monotonic() - started:.0f} s")
     return 0
+
+
+def lean_body(i: int, node: str) -> dict[str, Any]:
+    """A bound pod as a test script makes one: its labels and one container's requests."""
+    full = pod_body(i, node)
+    container = {"name": "app", "image": full["spec"]["containers"][0]["image"], "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {k: full["metadata"][k] for k in ("name", "namespace", "labels")},
+            "spec": {"nodeName": node, "containers": [container]}}
+
+
+def scheduled(plane: Any, workdir: Path, args: argparse.Namespace) -> tuple[dict[str, int], dict[str, int], int, float]:
+    """kpe and a kube-scheduler calling it, ``args.schedule`` pending pods scheduled through kpe; the RSS of
+    each after, the pods bound and the seconds it took."""
+    kpe, _ = rc.start_kpe(plane, workdir, name="kpe-beside")
+    scheduler = rc.start_scheduler(rc.scheduler_config(plane, kpe.url), workdir, name="kube-scheduler-beside")
+    try:
+        pods = [heterogeneous.pod(i, 0) for i in range(args.schedule)]
+        t0 = time.monotonic()
+        rc.run_many(plane, [("POST", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p) for p in pods], args.concurrency)
+        wanted = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods}
+
+        def bound() -> int:
+            items = plane.api.get("/api/v1/pods", params={"fieldSelector": "spec.nodeName!=", "labelSelector": "app"})["items"]
+            return sum((p["metadata"]["namespace"], p["metadata"]["name"]) in wanted for p in items)
+
+        count, still = bound(), 0
+        while still < 10 and count < len(wanted):  # until every pod is bound or none was for 10 s
+            time.sleep(1)
+            now = bound()
+            still = still + 1 if now == count else 0
+            count = now
+        seconds = time.monotonic() - t0
+        return settle(kpe.process.popen.pid, args.settle), settle(scheduler.popen.pid, 1), count, seconds
+    finally:
+        scheduler.stop()
+        kpe.stop()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ def test_a_gated_pod_is_released_when_its_team_frees_quota(tmp_path: Path) -> No
 
         api.state.delete("pods", "running", "demo")
         wait_for(lambda: not c.gates("waiting"))
+        # The Event is posted after the patch that lifts the gate: waited for, not raced.
+        wait_for(lambda: lifted(api) == ["waiting"])
         events = [e for e in api.state.events if e.get("reason") == "SchedulingGateLifted"]
         assert len(events) == 1 and "kpe policy ml-quota lifted scheduling gate example.com/ml-quota after" in events[0]["message"]
         patches = api.state.requests_to("PATCH", "/api/v1/namespaces/demo/pods/waiting")
