@@ -243,7 +243,7 @@ def scheduled(plane: Any, workdir: Path, args: argparse.Namespace) -> tuple[dict
     """kpe and a kube-scheduler calling it, ``args.schedule`` pending pods scheduled through kpe; the RSS of
     each after, the pods bound and the seconds it took."""
     kpe, _ = rc.start_kpe(plane, workdir, name="kpe-beside")
-    scheduler = rc.start_scheduler(rc.scheduler_config(plane, kpe.url), workdir, name="kube-scheduler-beside")
+    scheduler = rc.start_scheduler(rc.scheduler_config(plane, kpe.url + "/scheduler"), workdir, name="kube-scheduler-beside")
     try:
         pods = [heterogeneous.pod(i, 0) for i in range(args.schedule)]
         t0 = time.monotonic()
@@ -261,6 +261,10 @@ def scheduled(plane: Any, workdir: Path, args: argparse.Namespace) -> tuple[dict
             still = still + 1 if now == count else 0
             count = now
         seconds = time.monotonic() - t0
+        if count < len(wanted):  # say why the others wait, as kube-scheduler put it
+            pending = plane.api.get("/api/v1/pods", params={"fieldSelector": "spec.nodeName=", "labelSelector": "app", "limit": 1})["items"]
+            why = [c.get("message", "") for p in pending for c in (p.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"]
+            print(f"a pod left pending: {why[0][:300] if why else 'no PodScheduled condition yet'}", flush=True)
         return settle(kpe.process.popen.pid, args.settle), settle(scheduler.popen.pid, 1), count, seconds
     finally:
         scheduler.stop()

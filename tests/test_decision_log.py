@@ -81,3 +81,27 @@ def test_the_entry_count_still_bounds_the_log() -> None:
         log.record("filter", f"demo/p{i}", "g", failed={})
     assert [e["pod"] for e in log.recent()] == ["demo/p4", "demo/p3", "demo/p2"]
     assert log.bytes == sum(len(orjson.dumps(e)) for e in log.recent())
+
+
+def test_the_byte_budget_is_the_memory_the_log_takes() -> None:
+    import gc
+    import tracemalloc
+
+    budget = 1024 * 1024
+    log = DecisionLog(100_000, max_bytes=budget)
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(3000):
+            # What a filter records: each rejected node with its policy's reason.
+            failed = {f"node-{i % 7}-{n:04d}": f"team-node-pools/dedicated-pool: node pool is dedicated to team t{n % 30}, not t{i % 30}" for n in range(40)}
+            log.record("filter", f"team-{i % 30}/app-{i:05d}", "1fd46f8ad65f", passed=420 - 40, failed=failed)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert log.bytes <= budget
+    # Kept as Python dicts, the same entries took 2.3 times their JSON.
+    assert grown <= 1.25 * budget, f"{grown:,} bytes for a budget of {budget:,}"
+    assert log.recent(limit=1)[0]["pod"] == "team-29/app-02999" and log.recent(limit=1)[0]["seq"] == 3000
