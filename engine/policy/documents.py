@@ -79,9 +79,9 @@ def _without_oversized(text: str, file: str) -> tuple[str, list[PolicyError]]:
     errors: list[PolicyError] = []
     for start, end in zip(bounds, bounds[1:]):
         chunk = text[start:end]
-        if len(chunk.encode()) > DOCUMENT_LIMIT:
+        size = len(chunk.encode())
+        if size > DOCUMENT_LIMIT:
             line = text.count("\n", 0, start) + 1
-            size = len(chunk.encode())
             shown = f"{size / 1048576:.1f} MiB" if size >= 1048576 else f"{size / 1024:.0f} KiB"
             errors.append(PolicyError(
                 "KPE104",

@@ -304,10 +304,3 @@ def _text(path: Path) -> str:
         out += f".{part}" if isinstance(part, str) and part.isidentifier() else f"[{_show_key(part)}]"
     return out
 
-
-def _test(path: Path) -> str:
-    """The test that guards the last step: ``has(a.b.c)``, or ``'k' in a.b`` for a key that is no identifier."""
-    part = path[-1]
-    if isinstance(part, str) and part.isidentifier():
-        return f"has({_text(path)})"
-    return f"{_show_key(part)} in {_text(path[:-1])}"
