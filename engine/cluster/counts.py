@@ -234,8 +234,13 @@ class CountIndex:
             self._labels_seen = self._labels_version
         found = self._domains_of.get(nodes)
         if found is None:
-            distinct = {tuple(sorted(labels.items())) for name in nodes if (labels := self._node_labels.get(name))}
-            found = tuple(dict(items) for items in distinct)
+            # Each node's own labels (never changed in place, only replaced), not copies: 64
+            # sets of hundreds of nodes would otherwise hold tens of thousands of small dicts.
+            distinct: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+            for name in nodes:
+                if labels := self._node_labels.get(name):
+                    distinct.setdefault(tuple(sorted(labels.items())), labels)
+            found = tuple(distinct.values())
             if len(self._domains_of) > 64:
                 self._domains_of.clear()
             self._domains_of[nodes] = found

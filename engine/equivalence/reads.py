@@ -13,6 +13,7 @@ import orjson
 
 from engine import cel
 from engine.cel.parser import ast
+from engine.cluster.keptjson import dumps_kept
 from engine.policy.model import Expression, Policy
 
 Path = tuple[str, ...]
@@ -260,7 +261,7 @@ def pod_fingerprint(pod: Mapping[str, Any], paths: Sequence[Path]) -> bytes | No
         if value is not _ABSENT:
             values.append((i, value))
     try:
-        return orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
+        return dumps_kept(values, option=orjson.OPT_SORT_KEYS)  # kept as the memo's key
     except TypeError:
         return None
 

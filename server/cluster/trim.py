@@ -64,6 +64,7 @@ from typing import Any
 
 import orjson
 
+from engine.cluster.keptjson import dumps_kept
 from engine.cluster.projection import EVERYTHING, Projection
 
 Obj = dict[str, Any]
@@ -144,7 +145,7 @@ def _interned(value: Any, share: int) -> Any:
     if share != 0:
         return value
     try:
-        key = orjson.dumps(value)  # equal JSON, keys in the same order: equal parts
+        key = dumps_kept(value)  # equal JSON, keys in the same order: equal parts
     except orjson.JSONEncodeError:  # an integer beyond 64 bits: kept as it is
         return value
     kept = _SHARED.setdefault(key, value)

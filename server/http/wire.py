@@ -8,6 +8,7 @@ server turns that into a 400.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -258,7 +259,9 @@ def decode_extender_args(body: Any, verb: str, *, known: Callable[[list[Any]], l
         # set(map(type, ...)) checks a 5,000-name list in C; a genexpr would cost more than the filter.
         if not isinstance(raw_names, list) or not set(map(type, raw_names)) <= {str}:
             raise WireError("NodeNames must be an array of strings")
-        names = raw_names
+        # The cache's own strings (its node names are interned as they enter): what outlives
+        # the request (nodes in flight, remembered answers) holds no copy of a name.
+        names = list(map(sys.intern, raw_names))
     if nodes is None and names is None:
         raise WireError(f"{verb} request has neither Nodes nor NodeNames")
     return ExtenderArgs(pod, nodes, names, meta, known_nodes)

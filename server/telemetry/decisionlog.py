@@ -62,8 +62,8 @@ class DecisionLog:
         encoded = _encoded(entry)
         if len(encoded) > self.max_entry_bytes:
             encoded = self._shrink(entry, encoded)
-        # A copy of exactly its length: orjson's own bytes keep the buffer it grew while encoding
-        # (16 KiB for 3.5 KB of JSON), which would make the kept log four times its budget.
+        # A copy of exactly its length (engine.cluster.keptjson says why): orjson's own bytes
+        # would make the kept log four times its budget.
         encoded = memoryview(encoded).tobytes()
         with self._lock:
             self._seq += 1

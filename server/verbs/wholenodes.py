@@ -33,6 +33,8 @@ from typing import Any
 
 import orjson
 
+from engine.cluster.keptjson import dumps_kept
+
 MAX_NODES = 10_000  # node objects kept at most (a whole node is 5 to 20 KB as decoded)
 FORGET_AFTER_S = 600.0  # a node not sent for this long is forgotten
 
@@ -59,7 +61,7 @@ class WholeNodes:
             meta = node["metadata"]
             name, version = meta["name"], meta.get("resourceVersion") or ""
             old = kept.pop(name, None)  # to the end: the most recently sent
-            encoded = old[0] if old is not None and version and old[2] == version else orjson.dumps(node)
+            encoded = old[0] if old is not None and version and old[2] == version else dumps_kept(node)
             kept[name] = (encoded, now, version)
         self._forget(now)
 
