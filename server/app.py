@@ -27,7 +27,8 @@ from engine.cluster.inflight import InFlight
 from engine.equivalence.classes import EquivalenceCache
 from engine.equivalence.warming import Exemplars, Warming
 
-from server.introspection import endpoints as introspection
+from server.introspection import endpoints as introspection, web
+from server.introspection.documents import LiveSource
 from server.http.certificate import ServingCertificate
 from server.telemetry.decisionlog import DecisionLog
 from server.http.responses import json_response
@@ -35,7 +36,6 @@ from server.verbs.endpoints import VERBS
 from server.http.listeners import POLICY_WEBHOOK_PATH, WEBHOOK_PATH, SurfaceGuard
 from server.telemetry.logs import new_request_id, request_id
 from server.reload.store import NoConfigMaps, PolicyStore
-from server.reservations.endpoint import reservations_endpoint
 from server.settings import NO_POLICIES, Settings, env_name
 from server.state import ServerState
 from server.verbs.endpoints import VerbDispatch, VerbEndpoint
@@ -307,7 +307,9 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
         Route("/apis/v1/explain", introspection.explain_pod, methods=["GET"], name="explain_pod"),
         Route("/apis/v1/decisions", introspection.decisions, methods=["GET"]),
         Route("/apis/v1/gated", introspection.gated, methods=["GET"]),
-        Route("/apis/v1/reservations", reservations_endpoint, methods=["GET"]),
+        Route("/apis/v1/reservations", introspection.reservations, methods=["GET"]),
+        Route("/apis/v1/pending", introspection.pending, methods=["GET"]),
+        *web.routes(lambda request: LiveSource(request.app.state.kpe)),
         Route(WEBHOOK_PATH, handle_admission, methods=["POST"], name="admission"),
         Route(POLICY_WEBHOOK_PATH, handle_policy_admission, methods=["POST"], name="policy-admission"),
     ]

@@ -76,6 +76,10 @@ class Slots(Protocol):
 
     def latest(self) -> Plan | None: ...
 
+    def status(self) -> dict[str, Any]:
+        """Every reservation and slot, as ``/apis/v1/reservations`` shows them."""
+        ...
+
 
 log = logging.getLogger("kpe.decisions")
 

@@ -188,7 +188,22 @@ class Anonymiser:
                 "gates": [{"gate": g.get("gate"), "policy": g.get("policy")} for g in held.get("gates") or []],
             })
         out["gated"] = gated
+        # The decision log's messages and node maps name nodes and pods in free text: left out.
+        out.pop("decisions", None)
+        reservations = view.get("reservations")
+        if isinstance(reservations, Mapping):
+            out["reservations"] = {**reservations, "reservations": [
+                {**r, "slotStates": [{**s, "node": self._node(s.get("node")), "pod": self._pod_ref(s.get("pod"))} for s in r.get("slotStates") or []]}
+                for r in reservations.get("reservations") or [] if isinstance(r, Mapping)
+            ]}
         return out
+
+    def _pod_ref(self, ref: Any) -> Any:
+        """A ``namespace/name`` reference to a pod, hashed as the pod's own names are."""
+        if not isinstance(ref, str) or "/" not in ref:
+            return ref
+        namespace, _, name = ref.partition("/")
+        return f"{self.name('namespace', namespace)}/{self.name('pod', name)}"
 
 
 def _conditions(conditions: Any) -> Any:

@@ -345,8 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     from server.cli.diff import add_diff_command
     from server.cli.serve import add_serve_command
     from server.cli.snapshot import add_snapshot_command
+    from server.cli.view import add_view_command
 
     add_snapshot_command(sub)
+    add_view_command(sub)
     add_diff_command(sub)
     add_serve_command(sub)
     add_completion_command(sub, parser)

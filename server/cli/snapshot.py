@@ -28,10 +28,12 @@ from server.settings import UsageError, exit_codes
 EXIT_OK = 0
 EXIT_CODES = exit_codes("written", None, "usage errors, a file that cannot be written, a cluster or a running kpe that cannot be reached")
 POLICY_SUFFIXES = (".yaml", ".yml", ".json")
+DECISIONS_KEPT = 5000  # the decision log holds fewer within its default 4 MiB
 
 
 def kpe_view(args: argparse.Namespace) -> dict[str, Any]:
-    """What the kpe at ``--server`` serves: its generation, policies and the pods its gates hold."""
+    """What the kpe at ``--server`` serves: its generation, policies, the pods its gates hold, its
+    recent decisions and its reservations' slots."""
     policies = get_json(args, "/apis/v1/policies")
     view: dict[str, Any] = {
         "server": str(args.server),
@@ -42,6 +44,12 @@ def kpe_view(args: argparse.Namespace) -> dict[str, Any]:
         view["gated"] = get_json(args, "/apis/v1/gated").get("pods") or []
     except UsageError:
         view["gated"] = []  # a replica that is not the leader, or runs no gate controller
+    # For kpe view --snapshot: the decisions kpe keeps and its reservations' slots.
+    view["decisions"] = get_json(args, "/apis/v1/decisions", {"limit": str(DECISIONS_KEPT)}).get("decisions") or []
+    try:
+        view["reservations"] = get_json(args, "/apis/v1/reservations")
+    except UsageError:
+        pass  # no cache synced, or a kpe from before the endpoint answered 200 for it
     return view
 
 

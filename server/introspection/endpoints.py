@@ -3,24 +3,18 @@ routes, the policies, cached nodes, explanations and recent decisions."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from engine.cluster.kubefilters import priority
-from engine.cluster.nodeinfo import node_name, pod_key
-from engine.reports.diagnosis.diagnose import diagnose
-from engine.reports.diagnosis.view import render_text
 from engine.reports.explain import explain
 
-from server.cluster.cache import is_projected
 from server.http.responses import HTTPProblem, json_response, read_json
+from server.introspection.documents import Answer, LiveSource
 from server.state import ServerState
 from server.http.wire import WireError, decode_extender_args
 
@@ -106,41 +100,18 @@ async def services(request: Request) -> Response:
     return json_response({"routes": routes})
 
 
+def _source(request: Request) -> LiveSource:
+    return LiveSource(_state(request))
+
+
+def _answer(answer: Answer) -> Response:
+    status, document = answer
+    return json_response(document, status)
+
+
 @guarded
 async def policies(request: Request) -> Response:
-    state = _state(request)
-    current = state.store.current
-    last = state.store.last
-    out: dict[str, Any] = {
-        "generation": current.generation,
-        "path": state.store.path,
-        "files": list(current.files),
-        "lastLoad": {
-            "ok": last.ok if last else True,
-            "at": last.at if last else None,
-            "servingGeneration": last.generation if last else current.generation,
-            "errors": [e.to_dict() | {"text": e.render()} for e in (last.errors if last else ())],
-        },
-        # Why the set serving is not the cluster's own (a start whose first load was refused); null otherwise.
-        "fallback": state.store.degraded,
-        "reloads": dict(state.store.reloads),
-        "policies": [
-            {
-                "name": p.name,
-                "file": p.file,
-                "mode": p.mode,
-                "failurePolicy": p.failure_policy,
-                "filters": [r.name for r in p.filters],
-                "scores": [{"name": r.name, "weight": r.weight} for r in p.scores],
-                "admissionGate": p.admission.gate if p.admission else None,
-                "preemption": bool(p.preemption),
-                # paramsFrom: the ConfigMap, and what is wrong with it ("" when its values serve).
-                **({"paramsFrom": {"configMap": "/".join(p.params_from), "problem": p.params_problem}} if p.params_from else {}),
-            }
-            for p in current.policies
-        ],
-    }
-    return json_response(out)
+    return _answer(await _source(request).policies())
 
 
 @guarded
@@ -199,43 +170,11 @@ async def explain_pod(request: Request) -> Response:
     """``GET /apis/v1/explain?pod=NAMESPACE/NAME``: ``kpe explain pod`` for a pod in kpe's
     cache, with the serving policy set and the cache's nodes and ``nodeInfo``, as the
     extender verbs see them (``engine.reports.diagnosis.diagnose``)."""
-    state = _state(request)
     wanted = request.query_params.get("pod", "")
     namespace, _, name = wanted.partition("/")
     if not namespace or not name or "/" in name:
         return json_response({"error": f"pod must be NAMESPACE/NAME, not {wanted!r}"}, 400)
-    if state.cache is None:
-        return json_response({"error": "kpe runs without cluster access: it has no pod cache to find the pod in; use kpe explain pod with --kubeconfig"}, 503)
-    if not state.cache.synced.is_set():
-        return json_response({"error": "kpe's node and pod cache is not synced yet"}, 503)
-    cache = state.cache
-    policy_set = state.store.current
-    pods = cache.pods()
-    pod = next((p for p in pods if (p.get("metadata") or {}).get("namespace") == namespace and (p.get("metadata") or {}).get("name") == name), None)
-    if pod is None:
-        return json_response({"error": f"pod {wanted} is not in kpe's cache (deleted, or not seen yet)"}, 404)
-    nodes = cache.nodes()
-    # The pods in flight before nodeInfo, as the filter reads them (server.verbs.inflight.counted):
-    # a pod seen bound in between then counts in flight, rather than nowhere.
-    in_flight = cache.in_flight.on([node_name(n) for n in nodes], besides=pod_key(pod), priority=priority(pod))  # as the preempt verb counts them
-    # nodeInfo is rebuilt only in the evaluation worker (see server.http.worker); its views are
-    # replaced, never changed, so a copy of the map stays right. The explanation itself (seconds
-    # on a large cluster) runs in a thread of its own, not in the worker the verbs queue on.
-    info = await state.worker.run(lambda: dict(cache.node_info))
-    # The reservations' slots as this replica's controller last saw them (what its filter uses).
-    latest = state.reservations.latest() if state.reservations is not None else None
-    diagnosis = await asyncio.to_thread(
-        diagnose, policy_set, pod, nodes, cluster_pods=pods, node_info=info,
-        slots=latest.slots if latest is not None else None, homes=latest.homes if latest is not None else None,
-        placeholder_namespace=state.settings.reservation_namespace, namespaces=state.namespaces(), dra=state.dra(),
-        in_flight=in_flight,
-    )
-    data = diagnosis.to_dict()
-    if is_projected(pod):
-        data["status"]["notes"].append("kpe's cache keeps only the fields its policies read of a bound pod: rules reading others see them missing.")
-    data["source"] = "kpe's cache"
-    data["text"] = render_text(data, limit=0)
-    return json_response(data)
+    return _answer(await _source(request).pod(namespace, name))
 
 
 @guarded
@@ -246,7 +185,20 @@ async def decisions(request: Request) -> Response:
         limit = int(query.get("limit", "100"))
     except ValueError:
         return json_response({"error": "limit must be an integer"}, 400)
-    return json_response({"decisions": state.decisions.recent(verb=query.get("verb"), pod=query.get("pod"), limit=limit)})
+    return _answer(await LiveSource(state).decisions(verb=query.get("verb"), pod=query.get("pod"), limit=limit))
+
+
+@guarded
+async def pending(request: Request) -> Response:
+    """Every pod not yet bound, with the gates kpe holds it at, kpe's last filter of it and
+    kube-scheduler's PodScheduled condition (what the web view groups)."""
+    return _answer(await _source(request).pending())
+
+
+@guarded
+async def reservations(request: Request) -> Response:
+    """Each reservation's slots, where they are, free or used by which pod."""
+    return _answer(await _source(request).reservations())
 
 
 @guarded

@@ -140,7 +140,7 @@ def _after_filter(
             state.requeue.remember(args.pod, policy_set.generation, policies=frozenset(rule.split("/", 1)[0] for rule in result.rejections))
         else:
             state.requeue.forget(args.pod)
-    state.record("filter", args.pod, policy_set.generation, passed=len(result.passed), failed=failed, unresolvable=result.unresolvable, policies=result.matched)
+    state.record("filter", args.pod, policy_set.generation, passed=len(result.passed), failed=failed, unresolvable=result.unresolvable, policies=result.matched, rejections=result.rejections)
     if args.nodes is None and state.warming is not None:
         state.warming.saw(args.node_names or [])  # the scheduler's order of its nodes, window by window
         if result.recurring and state.cache is not None:
