@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from engine.cluster.kubefilters import priority
 from engine.cluster.nodeinfo import TERMINAL_PHASES, node_name, pod_key
 from engine.decisions.admission import gate_names
 from engine.policy.model import PolicySet
-from engine.reports.diagnosis.diagnose import diagnose, scheduled_condition
+from engine.reports.diagnosis.diagnose import diagnose, preemption_vetoes, scheduled_condition
 from engine.reports.diagnosis.view import render_text
 
 from server.cluster.cache import is_projected
@@ -219,6 +219,12 @@ class LiveSource:
             in_flight=in_flight,
         )
         data = diagnosis.to_dict()
+        # What this replica's preempt verb last did for the pod, from its decision log (as kpe explain pod --server adds it).
+        preempted = state.decisions.recent(verb="preempt", pod=wanted, limit=1)
+        if preempted:
+            entry = preempted[0]
+            at = datetime.fromtimestamp(float(entry.get("time") or 0), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            data["preemption"] = preemption_vetoes(entry.get("rejected") or {}, unchecked=entry.get("unchecked"), source=f"kpe's decision log, preempt at {at}")
         if is_projected(pod):
             data["status"]["notes"].append("kpe's cache keeps only the fields its policies read of a bound pod: rules reading others see them missing.")
         data["source"] = "kpe's cache"
