@@ -139,6 +139,8 @@ EXIT_CODES = {
     "objects), or kpe could not start (a port in use); 2 usage errors: settings that are invalid or do not go together, no "
     "policies given, the cluster cannot be the policy source (no CRDs, no access).",
     "completion": "Exit codes: 0 the script was printed; 2 usage errors (a shell other than bash or zsh).",
+    "view": "Exit codes: 0 stopped by a signal (SIGTERM, Ctrl-C); 2 usage errors, an unreadable snapshot, a policy set that does "
+    "not load, a port in use.",
 }
 
 

@@ -453,7 +453,7 @@ def test_kpe_explain_counts_a_pod_seen_bound_while_it_copies_node_info_in_its_ev
             # The explanation copied nodeInfo without a1; then the event loop applies a1's binding to n2.
             result = await real(fn, *args, **kwargs)
             # Only the explanation's copy: the warming and the controllers use the worker too.
-            if not applied and "explain" in getattr(fn, "__qualname__", ""):
+            if not applied and "LiveSource.pod" in getattr(fn, "__qualname__", ""):
                 applied.append(True)
                 bound = {**urgent, "metadata": {**urgent["metadata"], "resourceVersion": "999999"}, "spec": {**urgent["spec"], "nodeName": "n2"}}
                 state.cache.apply(state.cache._informers["pod"], {"type": "MODIFIED", "object": bound})

@@ -18,7 +18,7 @@ from server.introspection import web
 from server.introspection.offline import SnapshotSource
 from server.settings import UsageError, exit_codes
 
-EXIT_CODES = exit_codes("stopped", None, "usage errors, an unreadable snapshot, a policy set that does not load, a port in use")
+EXIT_CODES = exit_codes("stopped by a signal (SIGTERM, Ctrl-C)", None, "usage errors, an unreadable snapshot, a policy set that does not load, a port in use")
 
 
 def app_for(source: SnapshotSource) -> Starlette:
