@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import html
+import threading
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from engine.cluster.anonymise import Anonymiser
@@ -21,7 +24,7 @@ from engine.cluster.snapshot import Snapshot
 from engine.policy.loader import load
 from engine.reports.diagnosis.view import headline
 from server.cli.view import app_for
-from server.introspection import views
+from server.introspection import views, web
 from server.introspection.offline import SnapshotSource
 
 HERE = Path(__file__).parent
@@ -270,3 +273,110 @@ def test_an_anonymised_snapshot_renders_without_the_names_it_hid(source: Snapsho
         ["gates not kpe's: example.com/wait", "gate", "1"],
     ]
     assert "the snapshot holds no decisions" in pages["/ui/decisions"].text
+
+
+class Counting:
+    """A source that counts the documents asked of it, and can make them wait."""
+
+    def __init__(self, source: SnapshotSource, *, wait: asyncio.Event | None = None) -> None:
+        self.source, self.wait, self.asked = source, wait, 0
+        self.label = source.label
+
+    def now(self) -> float:
+        return self.source.now()
+
+    async def policies(self) -> Any:
+        return await self.source.policies()
+
+    async def pending(self) -> Any:
+        self.asked += 1
+        if self.wait is not None:
+            await self.wait.wait()
+        return await self.source.pending()
+
+
+def test_a_page_loaded_again_within_a_second_is_the_one_already_built(source: SnapshotSource) -> None:
+    now = [100.0]
+    counting = Counting(source)
+    pages = web.Pages(clock=lambda: now[0])
+    client = TestClient(Starlette(routes=web.routes(lambda request: counting, pages=pages)))  # type: ignore[arg-type, return-value]
+    first = client.get("/ui/pending").text
+    now[0] += 0.9
+    assert client.get("/ui/pending").text == first and (counting.asked, pages.built) == (1, 1)
+    client.get("/ui/pending", headers={"accept": "application/json"})  # a page's JSON is a page of its own
+    assert pages.built == 2
+    now[0] += 0.2  # 1.1 s after the first build: built again
+    client.get("/ui/pending")
+    assert (counting.asked, pages.built) == (3, 3)
+
+
+def test_a_page_that_is_not_complete_is_never_kept(source: SnapshotSource) -> None:
+    pages = web.Pages(clock=lambda: 100.0)
+    client = TestClient(Starlette(routes=web.routes(lambda request: source, pages=pages)))
+    assert [client.get("/ui/pods/shop/gone").status_code for _ in range(2)] == [404, 404]
+    assert pages.built == 2
+
+
+def test_people_loading_a_page_at_once_wait_for_one_build(source: SnapshotSource) -> None:
+    async def scenario() -> tuple[list[int], int, int]:
+        release = asyncio.Event()
+        counting = Counting(source, wait=release)
+        pages = web.Pages(clock=lambda: 100.0)
+        app = Starlette(routes=web.routes(lambda request: counting, pages=pages))  # type: ignore[arg-type, return-value]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://kpe") as http:
+            loads = [asyncio.create_task(http.get("/ui/pending")) for _ in range(3)]
+            while counting.asked == 0:
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.01)
+            asked_while_building = counting.asked  # the other two wait their turn, they do not build
+            release.set()
+            answers = await asyncio.gather(*loads)
+        return [a.status_code for a in answers], asked_while_building, pages.built
+
+    assert asyncio.run(scenario()) == ([200, 200, 200], 1, 1)
+
+
+def test_a_page_is_rendered_off_the_event_loop_the_verbs_answer_on(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    grouped_on_loop: list[bool] = []
+    real = views.pending_groups
+
+    def recording(document: Any, names: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            grouped_on_loop.append(True)
+        except RuntimeError:
+            grouped_on_loop.append(False)
+        return real(document, names)
+
+    monkeypatch.setattr(views, "pending_groups", recording)
+    assert client.get("/ui/pending").status_code == 200
+    assert grouped_on_loop == [False]
+
+
+def test_kpe_view_shows_the_pending_pods_decided_so_far_while_it_decides_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    from server.introspection import offline
+
+    release = threading.Event()
+    real = offline.filter_nodes
+
+    def held_back(*args: Any, **kwargs: Any) -> Any:
+        release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(offline, "filter_nodes", held_back)
+    source = SnapshotSource(recorded(), load([POLICIES]), path="incident.json", first_wait=0.0)
+    client = TestClient(Starlette(routes=web.routes(lambda request: source, pages=web.Pages(fresh_for=0.0))))
+    page = client.get("/ui/pending").text
+    notice = "kpe view is still deciding the pending pods this snapshot recorded no filter decision for: 0 of 5 done, longest waiting first"
+    assert notice in html.unescape(" ".join(page.split()))
+    assert why(page, "web/web-1").startswith("no attempt recorded")
+    release.set()
+    source.first_wait = None  # the next page waits for every decision
+    page = client.get("/ui/pending").text
+    assert "still deciding" not in page and why(page, "web/web-1") == "kpe's last filter passed 2 nodes"
+
+
+def why(page: str, pod: str) -> str:
+    """The "why" cell of ``pod``'s row on the pending page."""
+    return next(row[2] for table in tables(page)[1:] for row in table if row[0] == pod)
+

@@ -35,7 +35,9 @@ def cmd_view(args: argparse.Namespace, out: TextIO) -> int:
         policy_set = load(args.policies)
     except PolicyLoadError as exc:
         raise UsageError(f"--policies do not load:\n{exc}") from None
-    source = SnapshotSource(snapshot, policy_set, path=args.snapshot)
+    # Pending pods the snapshot recorded no decision for are decided at the first pending page: it waits
+    # half a second for them, then shows how many are decided so far (server.introspection.offline).
+    source = SnapshotSource(snapshot, policy_set, path=args.snapshot, first_wait=0.5)
     import uvicorn
 
     out.write(f"kpe view: {source.label}; open http://{args.host}:{args.port}/ui/ (Ctrl-C stops)\n")

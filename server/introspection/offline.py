@@ -10,14 +10,17 @@ What a snapshot holds decides what the pages can say:
   its recent decisions and its reservations' slots (an anonymised snapshot keeps the
   gates and slots with hashed names, and no decision: their messages name nodes and pods).
 
-A pending pod with no decision recorded is filtered once, when the view starts (every
-node, the set given), so its group says what kpe would decide on the snapshot. Waits
+A pending pod with no decision recorded is filtered once (every node, the set given), so
+its group says what kpe would decide on the snapshot: in a thread that starts at the
+first pending page, longest-waiting pod first; on a large snapshot that page says how
+many are decided so far (the rest show as not tried yet) and a reload shows more. Waits
 are counted to the moment the snapshot was taken.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -31,7 +34,7 @@ from engine.policy.model import PolicySet
 from engine.reports.diagnosis.diagnose import diagnose
 from engine.reports.diagnosis.view import render_text
 
-from server.introspection.documents import Answer, latest_filters, pending_document, policy_entries
+from server.introspection.documents import Answer, created_at, latest_filters, pending_document, policy_entries
 
 
 def _taken(snapshot: Snapshot) -> float:
@@ -44,14 +47,19 @@ def _taken(snapshot: Snapshot) -> float:
 class SnapshotSource:
     """The documents of a snapshot, decided with ``policy_set``."""
 
-    def __init__(self, snapshot: Snapshot, policy_set: PolicySet, *, path: str) -> None:
+    def __init__(self, snapshot: Snapshot, policy_set: PolicySet, *, path: str, first_wait: float | None = None) -> None:
         self.snapshot = snapshot
         self.policy_set = policy_set
         self.path = path
         self.kpe: Mapping[str, Any] = snapshot.kpe or {}
         self.namespaces = namespaces_by_name(snapshot.namespaces) if snapshot.namespaces else None
         self.node_info = node_info_map(snapshot.nodes, snapshot.pods)
-        self._pending: Answer | None = None
+        # Filter decisions made here for pending pods the snapshot recorded none for (see pending).
+        self.first_wait = first_wait  # seconds the pending page waits for them (None: until all are made)
+        self._made: dict[str, Mapping[str, Any]] = {}
+        self._wanted = 0
+        self._decider: threading.Thread | None = None
+        self._done = threading.Event()
 
     @property
     def label(self) -> str:
@@ -80,42 +88,51 @@ class SnapshotSource:
             for h in self.kpe.get("gated") or [] if isinstance(h, Mapping)
         }
 
-    def _decided(self, recorded: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-        """A filter decision for each pending pod the snapshot recorded none for, made now."""
-        out = dict(recorded)
-        document = pending_document(self.snapshot.pods, held={}, filters={}, now=self.now())
-        wanted = {(p["namespace"], p["name"]) for p in document["pods"]} - {tuple(k.split("/", 1)) for k in recorded}
+    def _decide(self, wanted: list[Mapping[str, Any]]) -> None:
+        """A filter decision for each pod of ``wanted``, made now, longest waiting first; each
+        one is kept as it is made, so a page shows the decisions so far."""
         counts = counts_of(self.policy_set.counts, self.snapshot.nodes, self.snapshot.pods)
-        for pod in self.snapshot.pods:
+        for pod in wanted:
             meta = pod.get("metadata") or {}
-            key = (meta.get("namespace", "default"), meta.get("name", "?"))
-            if key not in wanted:
-                continue
-            result = filter_nodes(self.policy_set, pod, self.snapshot.nodes, node_info=self.node_info, namespaces=self.namespaces,
-                                  counts=counts)
-            out[f"{key[0]}/{key[1]}"] = {"verb": "filter", "passed": len(result.passed), "rejections": result.rejections,
-                                         "generation": self.policy_set.generation, "seq": None, "time": None}
-        return out
+            result = filter_nodes(self.policy_set, pod, self.snapshot.nodes, node_info=self.node_info, namespaces=self.namespaces, counts=counts)
+            decided = {"verb": "filter", "passed": len(result.passed), "rejections": result.rejections,
+                       "generation": self.policy_set.generation, "seq": None, "time": None}
+            self._made[f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"] = decided  # one key set: safe to read meanwhile
+        self._done.set()
 
     async def pending(self) -> Answer:
-        if self._pending is None:
-            recorded = latest_filters(self.kpe.get("decisions") or [])
-            filters = await asyncio.to_thread(self._decided, recorded)
-            self._pending = 200, pending_document(self.snapshot.pods, held=self._held(), filters=filters, now=self.now())
-        return self._pending
+        recorded = latest_filters(self.kpe.get("decisions") or [])
+        if self._decider is None:
+            # Every node for every pod with no recorded decision: minutes for thousands of pods on
+            # thousands of nodes. Made in a thread of its own, so the first page does not wait for
+            # all of them: it waits ``first_wait`` at most, then shows what is decided so far.
+            document = pending_document(self.snapshot.pods, held={}, filters={}, now=self.now())
+            waiting = {(p["namespace"], p["name"]) for p in document["pods"]} - {tuple(k.split("/", 1)) for k in recorded}
+            wanted = [p for p in self.snapshot.pods if ((p.get("metadata") or {}).get("namespace", "default"), (p.get("metadata") or {}).get("name", "?")) in waiting]
+            wanted.sort(key=lambda p: created_at(p) or 0.0)
+            self._wanted = len(wanted)
+            self._decider = threading.Thread(target=self._decide, args=(wanted,), name="kpe-view-decide", daemon=True)
+            self._decider.start()
+        await asyncio.to_thread(self._done.wait, self.first_wait)
+        made = dict(self._made)
+        document = pending_document(self.snapshot.pods, held=self._held(), filters={**recorded, **made}, now=self.now())
+        if not self._done.is_set():
+            document["deciding"] = {"decided": len(made), "of": self._wanted}
+        return 200, document
 
-    async def pod(self, namespace: str, name: str) -> Answer:
+    async def pod(self, namespace: str, name: str, *, text: bool = True) -> Answer:
         pod = next((p for p in self.snapshot.pods if (p.get("metadata") or {}).get("namespace") == namespace
                     and (p.get("metadata") or {}).get("name") == name), None)
         if pod is None:
             return 404, {"error": f"pod {namespace}/{name} is not in the snapshot"}
-        diagnosis = await asyncio.to_thread(
-            diagnose, self.policy_set, pod, self.snapshot.nodes, cluster_pods=self.snapshot.pods, node_info=self.node_info,
-            namespaces=self.namespaces,
-        )
-        data = diagnosis.to_dict()
+        def explained() -> dict[str, Any]:
+            return diagnose(self.policy_set, pod, self.snapshot.nodes, cluster_pods=self.snapshot.pods, node_info=self.node_info,
+                            namespaces=self.namespaces).to_dict()
+
+        data = await asyncio.to_thread(explained)
         data["source"] = self.label
-        data["text"] = render_text(data, limit=0)
+        if text:
+            data["text"] = render_text(data, limit=0)
         return 200, data
 
     async def reservations(self) -> Answer:
