@@ -380,3 +380,65 @@ def why(page: str, pod: str) -> str:
     """The "why" cell of ``pod``'s row on the pending page."""
     return next(row[2] for table in tables(page)[1:] for row in table if row[0] == pod)
 
+
+
+POOLS = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: pools}
+spec:
+  filters:
+  - name: dedicated-pool
+    expression: "node.metadata.?labels[?'pool'].orValue('') in ['', pod.metadata.?labels[?'team'].orValue('')]"
+    message: %s
+"""
+DRAIN = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: drain}
+spec:
+  mode: Audit
+  filters:
+  - name: not-draining
+    expression: "!('drain' in node.metadata.?labels.orValue({}))"
+    message: node is draining
+"""
+ZONES = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: zones}
+spec:
+  scores:
+  - name: prefer-a
+    expression: "node.metadata.?labels[?'zone'].orValue('') == 'a' ? 100 : 20"
+"""
+
+
+def test_a_running_kpes_policies_page_says_what_each_reload_changed_and_what_each_policy_rejected(tmp_path: Path) -> None:
+    from server.app import create_app
+    from server.settings import Settings
+
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / "set.yaml").write_text((POOLS % "dedicated") + "---\n" + DRAIN)
+    app = create_app(Settings(policies=str(folder), cluster="off"))
+    with TestClient(app) as client:
+        store = app.state.kpe.store
+        store.sleep = lambda seconds: None  # the files hold still: no wait between looks
+        first = store.current.generation
+        nodes = [node("a-1", "a"), node("a-2", "a", pool="ml"), node("b-2", "b", drain="yes")]
+        web_pod = pod("web", "web-1", "2026-12-02T11:58:30Z", team="web")
+        assert client.post("/scheduler/filter", json={"Pod": web_pod, "Nodes": {"items": nodes}}).status_code == 200
+        (folder / "set.yaml").write_text((POOLS % "pool taken") + "---\n" + ZONES)  # pools changed, drain removed, zones added
+        assert store.reload().ok
+        second = store.current.generation
+        (folder / "set.yaml").write_text(POOLS % "x" + "  - name: broken\n    expression: \"node.nope ==\"\n")
+        assert not store.reload().ok
+        page = client.get("/ui/policies").text
+    history = tables(page)[0]
+    assert [row[1:] for row in history] == [
+        ["outcome", "generation", "what changed"],
+        ["refused", f"still {second}", "1 error in pools"],
+        ["served", f"{first} → {second}", "added: zones; changed: pools; removed: drain;"],
+    ]
+    policies = {row[0]: row for row in tables(page)[1][1:]}
+    # Counted since kpe started, across the reloads: pools rejected a-2 for team web once.
+    assert policies["pools"][-3:] == ["1", "0", "0"]
+    assert policies["zones"][-3:] == ["0", "0", "0"]

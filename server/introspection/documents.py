@@ -66,6 +66,8 @@ def policy_entries(policy_set: PolicySet) -> list[Document]:
             "preemption": bool(p.preemption),
             # paramsFrom: the ConfigMap, and what is wrong with it ("" when its values serve).
             **({"paramsFrom": {"configMap": "/".join(p.params_from), "problem": p.params_problem}} if p.params_from else {}),
+            # Served all the same: what its compile warned of (KPE600 and the like), as kpe check prints it.
+            **({"warnings": [w.render() for w in p.warnings]} if p.warnings else {}),
         }
         for p in policy_set.policies
     ]
@@ -167,7 +169,11 @@ class LiveSource:
             # Why the set serving is not the cluster's own (a start whose first load was refused); null otherwise.
             "fallback": state.store.degraded,
             "reloads": dict(state.store.reloads),
+            # The last reloads that swapped the set or were refused, newest first: what each changed.
+            "history": list(reversed(state.store.history)),
             "policies": policy_entries(current),
+            # Since this replica started, per policy: nodes rejected, rule errors, Audit's would-rejects.
+            "counted": state.metrics.per_policy(),
         }
 
     def held(self) -> dict[str, list[Document]]:

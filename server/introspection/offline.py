@@ -77,6 +77,7 @@ class SnapshotSource:
             "lastLoad": {"ok": True, "at": None, "servingGeneration": self.policy_set.generation, "errors": []},
             "fallback": None,
             "reloads": {},
+            "history": [],
             "policies": policy_entries(self.policy_set),
             "servedWhenTaken": self.kpe.get("generation"),
         }

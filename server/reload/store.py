@@ -32,14 +32,16 @@ without the refused ones, and says so (``degraded``) until a reload takes the wh
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from engine.policy.compiler import CostLimits
 from engine.errors import PolicyError, PolicyLoadError
@@ -62,6 +64,19 @@ class LoadOutcome:
 
 
 Snapshot = tuple[tuple[str, str, int, int], ...]
+HISTORY = 10  # reloads kept in PolicyStore.history
+
+
+def changes(before: PolicySet, after: PolicySet) -> dict[str, list[str]]:
+    """The policies ``after`` adds, removes and changes (its spec as written, params from a
+    ConfigMap included) against ``before``, by name."""
+
+    def specs(policy_set: PolicySet) -> dict[str, str]:
+        return {p.name: json.dumps([p.source, p.params, p.enforce, p.fail_closed], sort_keys=True, default=str) for p in policy_set.policies}
+
+    old, new = specs(before), specs(after)
+    return {"added": sorted(new.keys() - old.keys()), "removed": sorted(old.keys() - new.keys()),
+            "changed": sorted(name for name in new.keys() & old.keys() if new[name] != old[name])}
 
 
 class ParamsSource(Protocol):
@@ -133,6 +148,9 @@ class PolicyStore:
         self._current: PolicySet | None = None
         self.last: LoadOutcome | None = None
         self.reloads = {"success": 0, "failure": 0, "unchanged": 0}
+        # The last reloads that swapped the set or were refused, newest last, for the web view's
+        # policies page: what changed, not only that something did (``changes``).
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self._listeners: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self._guards: list[Callable[[PolicySet], None]] = []
         # Where paramsFrom's ConfigMaps come from; None: policies use their declared params.
@@ -251,6 +269,8 @@ class PolicyStore:
             self.last = LoadOutcome(False, generation, tuple(exc.errors), objects=self._tried)
             for error in exc.errors:
                 log.error("policy reload failed; still serving generation %s: %s", generation, error.render(), extra={"error": error.to_dict()})
+            self.history.append({"at": self.last.at, "ok": False, "generation": generation, "errors": len(exc.errors),
+                                 "policies": sorted({e.policy for e in exc.errors if e.policy})})
             return self.last
         if previous is not None and candidate.generation == previous.generation:
             self.reloads["unchanged"] += 1
@@ -274,6 +294,9 @@ class PolicyStore:
         self.served_specs = self._tried_specs
         self.reloads["success"] += 1
         self.last = LoadOutcome(True, candidate.generation, objects=self._tried)
+        self.history.append({"at": self.last.at, "ok": True, "generation": candidate.generation,
+                             "previous": previous.generation if previous is not None else None,
+                             **(changes(previous, candidate) if previous is not None else {})})
         self._recovered()
         log.info(
             "policies reloaded",

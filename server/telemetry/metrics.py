@@ -210,3 +210,15 @@ class Metrics:
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+    def per_policy(self) -> dict[str, dict[str, int]]:
+        """Since kpe started, per policy: nodes its rules rejected, rule errors, and what its
+        Audit rules would have rejected (the web view's policies page)."""
+        out: dict[str, dict[str, int]] = {}
+        for key, counter in (("nodesRejected", self.rejections), ("errors", self.errors), ("auditWouldReject", self.audit)):
+            for metric in counter.collect():
+                for sample in metric.samples:
+                    if sample.name.endswith("_total"):
+                        entry = out.setdefault(sample.labels["policy"], {"nodesRejected": 0, "errors": 0, "auditWouldReject": 0})
+                        entry[key] += int(sample.value)
+        return out
