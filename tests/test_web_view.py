@@ -442,3 +442,21 @@ def test_a_running_kpes_policies_page_says_what_each_reload_changed_and_what_eac
     # Counted since kpe started, across the reloads: pools rejected a-2 for team web once.
     assert policies["pools"][-3:] == ["1", "0", "0"]
     assert policies["zones"][-3:] == ["0", "0", "0"]
+
+
+def test_the_collector_waits_while_a_page_is_built_and_runs_again_afterwards(source: SnapshotSource, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    collecting: list[bool] = []
+    real = views.pending_groups
+
+    def recording(document: Any, names: Any) -> Any:
+        collecting.append(gc.isenabled())
+        return real(document, names)
+
+    monkeypatch.setattr(views, "pending_groups", recording)
+    client = TestClient(Starlette(routes=web.routes(lambda request: source, pages=web.Pages(fresh_for=0.0))))
+    assert gc.isenabled()
+    assert client.get("/ui/pending").status_code == 200
+    assert client.get("/ui/pods/shop/gone").status_code == 404  # a page that fails too
+    assert collecting == [False] and gc.isenabled()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
@@ -96,7 +97,18 @@ class Pages:
             response = self._fresh(key)  # built while this request waited its turn
             if response is not None:
                 return response
-            response = await build(request)
+            # The collector waits while a page is built, as it does while a verb is answered
+            # (server.verbs.endpoints): a page's objects (a pod's explanation of every node is
+            # millions) are acyclic and gone once it is rendered, and walking them meanwhile is
+            # most of a pod's page at 5,000 nodes and 20,000 pods: 940-1,180 ms a build with the
+            # collector, 560-860 ms without.
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                response = await build(request)
+            finally:
+                if collecting:
+                    gc.enable()
             self.built += 1
             if response.status_code == 200:
                 now = self.clock()
