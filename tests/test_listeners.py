@@ -99,8 +99,9 @@ def test_bind_is_served_only_when_asked_for_and_unknown_paths_answer_json() -> N
 
 
 def test_surfaces_are_told_apart_by_path() -> None:
-    assert [surface_of(p, "/scheduler") for p in ("/scheduler/filter", "/admission/pods", "/apis/v1/gated", "/metrics", "/readyz", "/x")] == [
-        "scheduler", "webhook", "introspection", "health", "health", "introspection"]
+    paths = ("/scheduler/filter", "/admission/pods", "/apis/v1/gated", "/metrics", "/readyz", "/ui/pending", "/x")
+    assert [surface_of(p, "/scheduler") for p in paths] == [
+        "scheduler", "webhook", "introspection", "health", "health", "introspection", "introspection"]  # the web view is introspection's
 
 
 def test_ports_must_differ_and_a_webhook_client_ca_needs_its_own_tls_listener() -> None:

@@ -6,7 +6,7 @@ kpe has four surfaces, and they are not called by the same clients:
   (``--port``; ``--tls-client-ca`` requires its client certificate);
 - ``webhook``: ``/admission/pods`` and ``/admission/policies``, called by kube-apiserver (``--webhook-port``;
   ``--webhook-client-ca``);
-- ``introspection``: ``/apis/v1/...``, which lists pods and decisions, for people
+- ``introspection``: ``/apis/v1/...`` and the web view ``/ui/``, which list pods and decisions, for people
   (``--introspection-port``, on ``--introspection-host``, loopback by default:
   reach it with ``kubectl port-forward``, which RBAC guards);
 - ``health``: ``/healthz``, ``/readyz`` and ``/metrics``, for probes and Prometheus
