@@ -460,3 +460,13 @@ def test_the_collector_waits_while_a_page_is_built_and_runs_again_afterwards(sou
     assert client.get("/ui/pending").status_code == 200
     assert client.get("/ui/pods/shop/gone").status_code == 404  # a page that fails too
     assert collecting == [False] and gc.isenabled()
+
+
+def test_a_kpe_nobody_looks_at_never_imports_jinja2() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom server.app import create_app\nfrom server.settings import Settings\n"
+            "create_app(Settings(policies='policies', cluster='off'), connect=False)\nprint('jinja2' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, check=True)
+    assert out.stdout.strip() == "False"
