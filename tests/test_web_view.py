@@ -354,10 +354,10 @@ def test_a_page_is_rendered_off_the_event_loop_the_verbs_answer_on(client: TestC
 
 
 def test_kpe_view_shows_the_pending_pods_decided_so_far_while_it_decides_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.decisions.filtering import filter_nodes as real
     from server.introspection import offline
 
     release = threading.Event()
-    real = offline.filter_nodes
 
     def held_back(*args: Any, **kwargs: Any) -> Any:
         release.wait(30)
