@@ -149,6 +149,12 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     return str(meta.get("uid") or f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
 
 
+def pod_name(pod: Mapping[str, Any]) -> str:
+    """``namespace/name``, as people and the decision log name a pod."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+
+
 def node_info_map(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """``nodeInfo`` for every node, from the active pods bound to it."""
     acc: dict[str, NodeInfoAccumulator] = {}

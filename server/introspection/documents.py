@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from engine.cluster.kubefilters import priority
-from engine.cluster.nodeinfo import TERMINAL_PHASES, node_name, pod_key
+from engine.cluster.nodeinfo import TERMINAL_PHASES, node_name, pod_key, pod_name
 from engine.decisions.admission import gate_names
 from engine.policy.model import PolicySet
 from engine.reports.diagnosis.diagnose import diagnose, preemption_vetoes, scheduled_condition
@@ -118,7 +118,7 @@ def pending_document(
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         if spec.get("nodeName") or status.get("phase") in TERMINAL_PHASES or meta.get("deletionTimestamp"):
             continue
-        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+        key = pod_name(pod)
         created = created_at(pod)
         last = filters.get(key)
         out.append({

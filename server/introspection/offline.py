@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.cluster.counts import counts_of
-from engine.cluster.nodeinfo import node_info_map
+from engine.cluster.nodeinfo import node_info_map, pod_name
 from engine.cluster.projection import namespaces_by_name
 from engine.cluster.snapshot import Snapshot
 from engine.decisions.filtering import filter_nodes
@@ -60,6 +60,7 @@ class SnapshotSource:
         self._wanted = 0
         self._decider: threading.Thread | None = None
         self._done = threading.Event()
+        self._final: Answer | None = None
 
     @property
     def label(self) -> str:
@@ -94,32 +95,35 @@ class SnapshotSource:
         one is kept as it is made, so a page shows the decisions so far."""
         counts = counts_of(self.policy_set.counts, self.snapshot.nodes, self.snapshot.pods)
         for pod in wanted:
-            meta = pod.get("metadata") or {}
             result = filter_nodes(self.policy_set, pod, self.snapshot.nodes, node_info=self.node_info, namespaces=self.namespaces, counts=counts)
             decided = {"verb": "filter", "passed": len(result.passed), "rejections": result.rejections,
                        "generation": self.policy_set.generation, "seq": None, "time": None}
-            self._made[f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"] = decided  # one key set: safe to read meanwhile
+            self._made[pod_name(pod)] = decided  # one key set: safe to read meanwhile
         self._done.set()
 
     async def pending(self) -> Answer:
+        if self._final is not None:
+            return self._final
         recorded = latest_filters(self.kpe.get("decisions") or [])
         if self._decider is None:
             # Every node for every pod with no recorded decision: minutes for thousands of pods on
             # thousands of nodes. Made in a thread of its own, so the first page does not wait for
             # all of them: it waits ``first_wait`` at most, then shows what is decided so far.
             document = pending_document(self.snapshot.pods, held={}, filters={}, now=self.now())
-            waiting = {(p["namespace"], p["name"]) for p in document["pods"]} - {tuple(k.split("/", 1)) for k in recorded}
-            wanted = [p for p in self.snapshot.pods if ((p.get("metadata") or {}).get("namespace", "default"), (p.get("metadata") or {}).get("name", "?")) in waiting]
-            wanted.sort(key=lambda p: created_at(p) or 0.0)
+            waiting = {f"{p['namespace']}/{p['name']}" for p in document["pods"]} - recorded.keys()
+            wanted = sorted((p for p in self.snapshot.pods if pod_name(p) in waiting), key=lambda p: created_at(p) or 0.0)
             self._wanted = len(wanted)
             self._decider = threading.Thread(target=self._decide, args=(wanted,), name="kpe-view-decide", daemon=True)
             self._decider.start()
         await asyncio.to_thread(self._done.wait, self.first_wait)
+        done = self._done.is_set()  # read before the decisions: what is copied then holds all of them
         made = dict(self._made)
         document = pending_document(self.snapshot.pods, held=self._held(), filters={**recorded, **made}, now=self.now())
-        if not self._done.is_set():
+        if not done:
             document["deciding"] = {"decided": len(made), "of": self._wanted}
-        return 200, document
+            return 200, document
+        self._final = 200, document  # every decision made: the snapshot's pending pods change no more
+        return self._final
 
     async def pod(self, namespace: str, name: str, *, text: bool = True) -> Answer:
         pod = next((p for p in self.snapshot.pods if (p.get("metadata") or {}).get("namespace") == namespace
