@@ -152,10 +152,7 @@ class ServerState:
             self.metrics.overdue.labels(verb).inc(nodes)
 
     def count_equivalence(self, verb: str, hits: int, misses: int) -> None:
-        if hits:
-            self.metrics.equivalence.labels(verb, "hit").inc(hits)
-        if misses:
-            self.metrics.equivalence.labels(verb, "miss").inc(misses)
+        self.metrics.count_equivalence(verb, hits, misses)
 
     def record(self, verb: str, pod: Mapping[str, Any], generation: str, **details: Any) -> None:
         meta = pod.get("metadata") or {}

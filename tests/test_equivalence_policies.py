@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import random
+from collections.abc import Callable
 from typing import Any
 
 from engine.cel.types.counts import Counts
@@ -129,18 +130,38 @@ def test_only_a_new_class_that_remembers_something_is_filled_ahead() -> None:
     assert first("web-2", "search") is True, "team-node-pools' class of another team is new"
 
 
-def test_a_class_is_filled_ahead_once_a_second_filter_asks_for_it_not_after_its_first() -> None:
+def recurring_of_teams(*, together: bool = False) -> Callable[..., bool]:
+    """Whether the filter of a pod of ``team`` is a class's second (with ``together``: soon after
+    its first), asked of one cache in turn."""
     cluster = nodes(10)
     names = [n["metadata"]["name"] for n in cluster]
     cached = CachedNodes(cluster, [])
     policies = shipped()
     memo = EquivalenceCache()
 
-    def recurring(team: str) -> bool:
+    def recurring(team: str, *, ahead: bool = False) -> bool:
         pod = heterogeneous.pod(0, 0)
         pod["metadata"]["labels"]["team"] = team
-        return filter_nodes(policies, pod, cached.by_name(names), node_info=cached.info, memo=memo).recurring
+        result = filter_nodes(policies, pod, cached.by_name(names), node_info=cached.info, memo=memo, ahead=ahead)
+        return result.together if together else result.recurring
 
+    return recurring
+
+
+def test_a_class_is_filled_ahead_once_a_second_filter_asks_for_it_not_after_its_first() -> None:
+    recurring = recurring_of_teams()
     # team-node-pools reads the team: each team's pods are a class of it; the other policies' classes are shared.
     assert [recurring("vision"), recurring("search")] == [False, True], "the second pod is the second for the shared classes"
     assert [recurring("ads"), recurring("ads"), recurring("ads")] == [False, True, False], "a team's class: filled ahead once, at its second pod"
+
+
+def test_a_class_s_second_filter_says_whether_it_came_soon_after_its_first() -> None:
+    recurring = recurring_of_teams(together=True)
+    assert [recurring("team-10"), recurring("team-11")] == [False, True], "the shared classes' second filter, right after the first"
+    # team-node-pools' class of each team: asked again right after, or with others between.
+    assert [recurring("ads"), recurring("vision"), recurring("ads")] == [False, False, True], "its pods come together"
+    asked = [recurring("search")] + [recurring(f"team-{k:02d}") for k in range(12, 16)] + [recurring("search")]
+    assert asked == [False] * 6, "its second pod came after four others' pods"
+    # A filter worked out ahead of the scheduler is none of the scheduler's requests.
+    asked = [recurring("payments")] + [recurring(f"team-{k:02d}", ahead=True) for k in range(16, 22)] + [recurring("payments")]
+    assert asked == [False] * 7 + [True]

@@ -332,3 +332,16 @@ def test_over_http_with_warming_off_the_second_pod_evaluates_its_own_window(tmp_
         filter_window(url, 1, names[:2])
         filter_window(url, 2, names[2:])
         assert warmed_and_missed(url) == (0, 8)
+
+
+def test_on_a_large_cluster_only_a_class_whose_pods_come_together_is_filled_ahead() -> None:
+    policies = load_text(COSTED)
+    small, large = [f"node-{i}" for i in range(8)], [f"node-{i}" for i in range(40)]
+    for names, together, filled in ((large, False, False), (large, True, True), (small, False, True)):
+        warming = Warming(chunk=2, first_chunk=2, step_s=100, clock=Ticks(), ahead=2)
+        warming.saw(names[0:3])
+        warming.saw(names[3:6])  # the next two windows: 6 names, most of 8 and a few of 40
+        warming.asked_again(policies, pod("web-1"), names, together=together)
+        evaluate = Calls()
+        warming.step(policies, evaluate)
+        assert any(name == "web-1" for _, name, _ in evaluate.calls) == filled, (len(names), together)

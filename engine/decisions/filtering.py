@@ -71,6 +71,7 @@ class FilterResult:
     unknown: list[str] = field(default_factory=list)  # names of nodes given by name that are not known (left out)
     first_of_class: bool = False  # the first request one of its equivalence classes answered (engine.equivalence.warming)
     recurring: bool = False  # the second filter one of its equivalence classes answered: worth filling ahead
+    together: bool = False  # and that second filter came soon after the class's first (engine.equivalence.warming)
 
 
 Ordered = list[tuple[PolicyScope, FilterRule]]

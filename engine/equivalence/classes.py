@@ -61,6 +61,7 @@ class EquivalenceCache:
         # results than this: many classes on a small cluster, few on a large one.
         self.results = RESULTS_KEPT if results is None else results
         self.clock = clock  # what the classes measure their evaluations with
+        self.requests = 0  # the scheduler's filter requests answered from the cache, numbered (``ClassMemo.ask``)
         self._generation = ""
         self._tables: OrderedDict[tuple[Any, ...], ClassMemo] = OrderedDict()
         # The keys of ``_tables`` by verb and policy (their digests), least recently used first.
@@ -256,8 +257,8 @@ def namespace_fingerprint(namespace: Any, paths: Sequence[Path]) -> bytes | None
 
 
 def _remembered(table: ClassMemo) -> int:
-    """Node results a table keeps: by name, and by node object (whole nodes)."""
-    return len(table.by_name) + len(table.result_of)
+    """Node results a table keeps: by name, by node object (whole nodes), and its rules' that read counts."""
+    return len(table.by_name) + len(table.result_of) + len(table.counted)
 
 
 # Node results kept across every class's tables before the least recently used go, whatever

@@ -32,6 +32,7 @@ from engine.decisions.filtering import (
     judge,
 )
 from engine.equivalence.classes import EquivalenceCache
+from engine.equivalence.counted import Call, Counted, bind_recorded, judged
 from engine.equivalence.memo import ClassMemo, Offload, Snapshot, TrackedNodeInfo, afford_all
 from engine.equivalence.merging import merge, reword
 from engine.equivalence.reads import PolicyReads
@@ -52,6 +53,7 @@ def filter_nodes(
     inline_s: float | None = None,
     counts: Any = None,
     namespaces: Mapping[str, Any] | None = None, dra: Mapping[str, Any] | None = None,
+    ahead: bool = False,
 ) -> FilterResult:
     """``engine.decisions.filtering.filter_nodes`` with the equivalence cache.
 
@@ -66,7 +68,8 @@ def filter_nodes(
     ``nodeInfo`` are the same objects (see ``engine.equivalence.classes``). ``nodes`` given
     by name (``NodesByName``, with ``node_info`` a ``TrackedNodeInfo`` that logs every
     node's change) are resolved only where a result is not remembered; names not
-    known are listed in the result's ``unknown``."""
+    known are listed in the result's ``unknown``. ``ahead``: the filter is worked out ahead of
+    the scheduler (``engine.equivalence.warming``), not one it asked."""
     request = FilterRequest.of(policy_set, pod, now=now, explain=explain, match_memo=memo.match if memo is not None else None, counts=counts,
                                namespaces=namespaces, dra=dra)
     result, scopes, ordered = request.result, request.scopes, request.ordered
@@ -100,9 +103,14 @@ def filter_nodes(
     # Past any Offload: a request sent to the worker thread claims its classes there. Only the
     # classes that remember something are worth filling ahead (engine.equivalence.warming), and
     # only once a second filter asks for one: a pod like no other before it (a class asked once)
-    # is not worth filling the cluster for.
-    asked = [table.ask() for scope, table in zip(deciding, tables) if memo.reads(scope.policy).remembers_filter()]
-    result.first_of_class, result.recurring = 1 in asked, 2 in asked
+    # is not worth filling the cluster for. Whether it came soon after the first tells the
+    # warming whether the class's pods come together (``Warming.asked_again``).
+    if not ahead:
+        memo.requests += 1
+    asked = [table.ask(memo.requests) for scope, table in zip(deciding, tables) if memo.reads(scope.policy).remembers_filter()]
+    result.first_of_class = any(n == 1 for n, _ in asked)
+    result.recurring = any(n == 2 for n, _ in asked)
+    result.together = not ahead and any(n == 2 and since is not None and since <= BACK_TO_BACK for n, since in asked)
     return request.finish()
 
 
@@ -148,6 +156,11 @@ def _by_policy(
     merge(result, parts, {f"{scope.policy.name}/{rule.name}": i for i, (scope, rule) in enumerate(ordered)},
            sum(1 for scope, _ in ordered if scope.policy.enforce))
 
+
+# A class whose second filter comes within this many of the scheduler's requests of its first
+# has its pods coming together (a workload scaling): on a large cluster, only such a class is
+# filled ahead for the scheduler's next windows (``FilterResult.together``, ``Warming.asked_again``).
+BACK_TO_BACK = 3
 
 NEVER = 1 << 30  # the position of the rejecting rule when no rule rejects
 PASS, FAIL, UNRESOLVABLE = 0, 1, 2
@@ -323,14 +336,21 @@ def _memoized(
         start = memo.clock()
         passing = passing.copy()
         bound: dict[int, Entry] = {}
+        counted = [reads(scope).counted(rule.expression, rule.message_expression) for scope, rule in ordered]
+        binding: dict[int, tuple[Call, ...] | None] = {}  # per counted rule: the counts it read as it was bound
         for i in sorted(view.timed):
             name = names[i]
             r = results[i]
             for k in r.timed:
                 if k not in bound:
                     scope, rule = ordered[k]
-                    bound[k] = (k, scope, rule, *scope.caller(rule.expression))
-            position, unresolvable_, reason = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, found.node(i, nodes), found.info(i), name)
+                    if counted[k]:
+                        caller, binding[k] = bind_recorded(scope, rule)
+                        bound[k] = (k, scope, rule, *caller)
+                    else:
+                        bound[k] = (k, scope, rule, *scope.caller(rule.expression))
+            position, unresolvable_, reason = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, found.node(i, nodes), found.info(i), name,
+                                                         counted, binding, memo.counted)
             if position == NEVER:
                 passing[i] = 1
             else:
@@ -346,18 +366,32 @@ def _memoized(
     return names, passing
 
 
-def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts: list[int], enforced: int, node: Any, info: Any, name: str) -> tuple[int, bool, str]:
-    """Run a node's rules that read ``now`` around its remembered ones: (position, unresolvable, reason) of the first rejection."""
+def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts: list[int], enforced: int, node: Any, info: Any, name: str,
+               counted: list[bool], binding: dict[int, tuple[Call, ...] | None], kept: dict[tuple[str, int], Counted]) -> tuple[int, bool, str]:
+    """Run a node's rules that read ``now`` or ``counts`` around its remembered ones: (position,
+    unresolvable, reason) of the first rejection. A rule that reads ``counts`` and not ``now``
+    (``counted``) is reused from ``kept`` while the counts it read are the same."""
     position, unresolvable_, reason = r.position, r.unresolvable, r.reason
     cache: dict[str, Any] = {}
-    for i, scope, rule, arity, fn, bind_error in entries:
-        if i >= enforced or i > position:
-            break
+
+    def outcome(entry: Entry) -> tuple[bool, str]:
+        i, scope, rule, arity, fn, bind_error = entry
+        if counted[i]:
+            rejected, message, ran = judged(kept, i, scope, rule, arity, fn, bind_error, binding[i], node, info, name, result.errors)
+            counts[i] += ran
+            return rejected, message
         counts[i] += 1
         value, error = evaluate_rule(scope, rule, arity, fn, bind_error, node, info, cache)
         if value is True:
-            continue
+            return False, ""
         rejected, message, _ = judge(scope, rule, node, info, cache, value, error, name, result.errors)
+        return rejected, message
+
+    for entry in entries:
+        i, rule = entry[0], entry[2]
+        if i >= enforced or i > position:
+            break
+        rejected, message = outcome(entry)
         if rejected:
             position, unresolvable_, reason = i, rule.unresolvable, message
             break
@@ -366,15 +400,12 @@ def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts
             result.audit_rejections.append(event)
         elif i <= position or i >= enforced:
             result.errors.append(event)
-    for i, scope, rule, arity, fn, bind_error in entries:
-        if i < enforced:
+    for entry in entries:
+        if entry[0] < enforced:
             continue
-        counts[i] += 1
-        value, error = evaluate_rule(scope, rule, arity, fn, bind_error, node, info, cache)
-        if value is not True:
-            rejected, message, _ = judge(scope, rule, node, info, cache, value, error, name, result.errors)
-            if rejected:
-                result.audit_rejections.append(RuleEvent(scope.policy.name, rule.name, name, message))
+        rejected, message = outcome(entry)
+        if rejected:
+            result.audit_rejections.append(RuleEvent(entry[1].policy.name, entry[2].name, name, message))
     return position, unresolvable_, reason
 
 

@@ -10,7 +10,12 @@ nodes at a time (the filter of every class waiting first, then the scores of the
 passes), so its next pods find their windows remembered. Not after its first: on a cluster whose pods differ, many a class is asked once (a pod like no other
 in what one policy reads), and filling the cluster for it is work no later pod reuses (at 5,000
 nodes it took kpe's CPU a pod from 10 to 26 ms). A class asked twice is likely asked again, and
-its next pods would have evaluated those nodes anyway, on the scheduler's clock.
+its next pods would have evaluated those nodes anyway, on the scheduler's clock. On a large
+cluster (the next windows less than half of it), only if its second request came soon after its
+first (within ``BACK_TO_BACK`` of the scheduler's requests, ``engine.equivalence.filtering``: its
+pods come together, as a workload's do when it scales): a class whose pods come among many others'
+gets its next window anywhere, and filling the scheduler's next windows for it cost kpe 4 ms of
+CPU a pod at 5,000 nodes for no more hits (docs/performance.md).
 
 What comes first matters when the scheduler's next pods come at once (after a reload, a restart,
 a burst of new Deployments): the classes take turns a chunk at a time, and each is filled in the
@@ -129,14 +134,22 @@ class Warming:
         """How many classes seen last are kept (and filled again after a reload)."""
         return self._recent.maxlen or 0
 
-    def asked_again(self, policy_set: PolicySet, pod: Mapping[str, Any], names: Sequence[str]) -> None:
+    def asked_again(self, policy_set: PolicySet, pod: Mapping[str, Any], names: Sequence[str], *, together: bool = True) -> None:
         """A filter was the second one a class of ``pod`` answered (``FilterResult.recurring``):
         fill its classes with ``names`` (the cluster's nodes), as far as the scheduler's next
         ``ahead`` windows go (``order``): the windows of the class's next pods. Past them, its
         pods would evaluate a node only if they came often enough to go round the cluster, and
-        on a large cluster most classes' pods do not (at 5,000 nodes a window is a tenth of it)."""
+        on a large cluster most classes' pods do not (at 5,000 nodes a window is a tenth of it).
+
+        Where those windows are less than half the cluster, only a class whose second filter
+        came soon after its first (``together``: its pods come together, as a workload's do when
+        it scales) is filled: the next windows go to the next pods, and a class whose pods come
+        among many others' gets a window anywhere. On a small cluster the next windows are most
+        of it, so a filled class is a whole class whenever its next pod comes."""
         self._recent.append(pod)
         limit = self.ahead * max(map(len, self._windows)) if self._windows else None
+        if not together and limit is not None and 2 * limit < len(names):
+            return
         self._jobs.append(Job(policy_set, pod, names, size=self.first_chunk, limit=limit))
         if self.on_job is not None:
             self.on_job()

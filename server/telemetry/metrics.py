@@ -132,7 +132,14 @@ class Metrics:
         self._reloads_seen: dict[str, int] = {}
 
     def count_ahead(self, outcome: str) -> None:
-        self.ahead.labels(outcome).inc()
+        self._child(self.ahead, outcome).inc()
+
+    def count_equivalence(self, verb: str, hits: int, misses: int) -> None:
+        """Node results of a request answered from the equivalence cache (``hits``) and computed (``misses``)."""
+        if hits:
+            self._child(self.equivalence, verb, "hit").inc(hits)
+        if misses:
+            self._child(self.equivalence, verb, "miss").inc(misses)
 
     def answered(self, verb: str, status: int, seconds: float) -> None:
         """One verb request answered: counted per status, its time in the latency histogram.

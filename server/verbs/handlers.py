@@ -144,7 +144,7 @@ def _after_filter(
     if args.nodes is None and state.warming is not None:
         state.warming.saw(args.node_names or [])  # the scheduler's order of its nodes, window by window
         if result.recurring and state.cache is not None:
-            state.warming.asked_again(policy_set, args.pod, list(state.cache.states))
+            state.warming.asked_again(policy_set, args.pod, list(state.cache.states), together=result.together)
     if args.nodes is None:
         _look_ahead(state, raw, body, args.pod, result.passed, policy_set)
 

@@ -1,5 +1,5 @@
 """Filling equivalence classes ahead of the scheduler (``engine.equivalence.warming``): after a
-class's second filter with node names, for the classes seen last after a reload, and at start-up
+class's second filter with node names (on a large cluster, soon after its first), for the classes seen last after a reload, and at start-up
 for the classes of the pods waiting for a node and of the workloads that created pods last.
 
 Steps run on the worker thread, about 2 ms each (``Warming.step_s``; a slow policy is evaluated a
@@ -39,7 +39,7 @@ def evaluate(state: ServerState, policy_set: PolicySet, pod: Mapping[str, Any], 
     equivalence cache; whether the filter was its class's first."""
     deadline = Deadline.after(state.settings.request_deadline_s)
     result = filter_nodes(policy_set, pod, state.nodes_by_name(names), node_info=state.node_info(), memo=state.equivalence, deadline=deadline,
-                          inline_s=budget, counts=state.counts(), namespaces=state.namespaces(), dra=state.dra())
+                          inline_s=budget, counts=state.counts(), namespaces=state.namespaces(), dra=state.dra(), ahead=True)
     if scores and result.passed and state.lookahead.worth_working(policy_set, state.equivalence):
         score_nodes(policy_set, pod, state.nodes_by_name(result.passed), node_info=state.node_info(), memo=state.equivalence, deadline=deadline,
                     inline_s=budget, encode=host_priority, counts=state.counts(), namespaces=state.namespaces(), dra=state.dra())
