@@ -34,35 +34,65 @@ from engine.decisions.evaluation import PolicyScope
 from engine.decisions.filtering import RuleEvent, evaluate_rule, judge
 from engine.policy.model import FilterRule
 
-# Per class, (node name, rule position) entries kept before they are all forgotten: a bound like
-# the class's own results (a node's entries are replaced, never added to, as counts change).
+# Per class, node entries kept (over its rules) before they are all forgotten: a bound like the
+# class's own results (a node's entry is replaced, never added to, as counts change).
 COUNTED_KEPT = 16384
 
 Call = tuple[int, Any, str, Selector, int]  # (kind: 0 inDomain, 1 domains, 2 cluster, node, topology key, selector, count)
 
 
+class Kept:
+    """What one class keeps: per rule position, per node name, the rule's outcome (``Counted``),
+    and the selectors the records name, one tuple each (a CEL map is a new selector tuple at
+    every call; a class's pods ask for a few)."""
+
+    __slots__ = ("by_rule", "selectors", "size")
+
+    def __init__(self) -> None:
+        self.by_rule: dict[int, dict[str, Counted]] = {}
+        self.selectors: dict[Selector, Selector] = {}
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def get(self, i: int, name: str) -> Counted | None:
+        rule = self.by_rule.get(i)
+        return rule.get(name) if rule is not None else None
+
+    def put(self, i: int, name: str, counted: Counted) -> None:
+        if self.size >= COUNTED_KEPT:
+            self.by_rule.clear()
+            self.selectors.clear()
+            self.size = 0
+        rule = self.by_rule.setdefault(i, {})
+        self.size += name not in rule
+        rule[name] = counted
+
+
 class Recorder:
     """A ``CountSource`` that answers from another and notes each call with its answer."""
 
-    __slots__ = ("source", "calls")
+    __slots__ = ("source", "calls", "selectors")
 
-    def __init__(self, source: CountSource) -> None:
+    def __init__(self, source: CountSource, selectors: dict[Selector, Selector]) -> None:
         self.source = source
         self.calls: list[Call] = []
+        self.selectors = selectors
 
     def in_domain(self, node: Any, key: str, selector: Selector) -> int:
         n = self.source.in_domain(node, key, selector)
-        self.calls.append((0, node, key, selector, n))
+        self.calls.append((0, node, key, self.selectors.setdefault(selector, selector), n))
         return n
 
     def domains(self, key: str, selector: Selector) -> int:
         n = self.source.domains(key, selector)
-        self.calls.append((1, None, key, selector, n))
+        self.calls.append((1, None, key, self.selectors.setdefault(selector, selector), n))
         return n
 
     def cluster(self, selector: Selector) -> int:
         n = self.source.cluster(selector)
-        self.calls.append((2, None, "", selector, n))
+        self.calls.append((2, None, "", self.selectors.setdefault(selector, selector), n))
         return n
 
 
@@ -92,7 +122,7 @@ class Counted:
         return True
 
 
-def bind_recorded(scope: PolicyScope, rule: FilterRule) -> tuple[tuple[int, Any, BaseException | None], tuple[Call, ...] | None]:
+def bind_recorded(scope: PolicyScope, rule: FilterRule, kept: Kept) -> tuple[tuple[int, Any, BaseException | None], tuple[Call, ...] | None]:
     """``scope.caller(rule.expression)``, with the rule's message bound too, and the counts they
     read as they were bound: binding computes every sub-expression over the pod-level inputs
     (``engine.cel``: ``counts.cluster({'team': pod.metadata.labels.team})`` is one), once a
@@ -105,7 +135,7 @@ def bind_recorded(scope: PolicyScope, rule: FilterRule) -> tuple[tuple[int, Any,
     message = rule.message_expression
     if counts is None or source is None or scope.bound_already(rule.expression) or (message is not None and scope.bound_already(message)):
         return scope.caller(rule.expression), None
-    recorder = Recorder(source)
+    recorder = Recorder(source, kept.selectors)
     counts.source = recorder
     try:
         caller = scope.caller(rule.expression)
@@ -121,22 +151,22 @@ PER_NODE = frozenset(("node", "nodeInfo"))
 
 
 def judged(
-    kept: dict[tuple[str, int], Counted], i: int, scope: PolicyScope, rule: FilterRule, arity: int, fn: Any, bind_error: BaseException | None,
+    kept: Kept, keep: bool, i: int, scope: PolicyScope, rule: FilterRule, arity: int, fn: Any, bind_error: BaseException | None,
     bound: tuple[Call, ...] | None, node: Any, info: Any, name: str, errors: list[RuleEvent],
 ) -> tuple[bool, str, bool]:
     """(rejected, message, evaluated) of rule ``i`` (a rule that reads ``counts`` and not ``now``)
-    on ``node``: from ``kept`` while it holds, else evaluated and kept; an error goes to
-    ``errors``. ``bound``: the counts read as the rule was bound (``bind_recorded``), None when
+    on ``node``: from ``kept`` while it holds, else evaluated and kept (with ``keep``: a class's
+    first request keeps nothing, since most classes of a cap are a pod like no other); an error
+    goes to ``errors``. ``bound``: the counts read as the rule was bound (``bind_recorded``), None when
     not known (nothing is kept then)."""
     fixed = scope.fixed.get("counts")
     counts = fixed if type(fixed) is Counts else None
     source = counts.source if counts is not None else None
-    key = (name, i)
-    found = kept.get(key)
+    found = kept.get(i, name)
     if (bound is not None and source is not None and found is not None and found.rule is rule and found.node is node and found.info is info
             and found.bound == bound and found.holds(source)):
         return found.rejected, found.message, False
-    recorder = Recorder(source) if source is not None and bound is not None else None
+    recorder = Recorder(source, kept.selectors) if keep and source is not None and bound is not None else None
     mine: list[RuleEvent] = []
     private: dict[str, Any] = {}  # variables computed under this rule's recording only
     if counts is not None and recorder is not None:
@@ -150,8 +180,6 @@ def judged(
         if counts is not None:
             counts.source = source
     if recorder is not None and bound is not None and error is None and not mine:
-        if len(kept) >= COUNTED_KEPT:
-            kept.clear()
-        kept[key] = Counted(rule, node, info, bound, tuple(recorder.calls), rejected, message)
+        kept.put(i, name, Counted(rule, node, info, bound, tuple(recorder.calls), rejected, message))
     errors.extend(mine)
     return rejected, message, True

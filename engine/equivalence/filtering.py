@@ -32,7 +32,7 @@ from engine.decisions.filtering import (
     judge,
 )
 from engine.equivalence.classes import EquivalenceCache
-from engine.equivalence.counted import Call, Counted, bind_recorded, judged
+from engine.equivalence.counted import Call, Kept, bind_recorded, judged
 from engine.equivalence.memo import ClassMemo, Offload, Snapshot, TrackedNodeInfo, afford_all
 from engine.equivalence.merging import merge, reword
 from engine.equivalence.reads import PolicyReads
@@ -338,6 +338,12 @@ def _memoized(
         bound: dict[int, Entry] = {}
         counted = [reads(scope).counted(rule.expression, rule.message_expression) for scope, rule in ordered]
         binding: dict[int, tuple[Call, ...] | None] = {}  # per counted rule: the counts it read as it was bound
+        # A class's first request keeps nothing: most classes of a cap (a spread app's) are a pod like no other.
+        store: Kept | None = memo.counted
+        keep = store is not None
+        if store is None and True in counted:
+            store = memo.counted = Kept()
+        kept = (store, keep)
         for i in sorted(view.timed):
             name = names[i]
             r = results[i]
@@ -345,12 +351,13 @@ def _memoized(
                 if k not in bound:
                     scope, rule = ordered[k]
                     if counted[k]:
-                        caller, binding[k] = bind_recorded(scope, rule)
+                        assert store is not None
+                        caller, binding[k] = bind_recorded(scope, rule, store)
                         bound[k] = (k, scope, rule, *caller)
                     else:
                         bound[k] = (k, scope, rule, *scope.caller(rule.expression))
             position, unresolvable_, reason = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, found.node(i, nodes), found.info(i), name,
-                                                         counted, binding, memo.counted)
+                                                         counted, binding, kept)
             if position == NEVER:
                 passing[i] = 1
             else:
@@ -367,17 +374,18 @@ def _memoized(
 
 
 def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts: list[int], enforced: int, node: Any, info: Any, name: str,
-               counted: list[bool], binding: dict[int, tuple[Call, ...] | None], kept: dict[tuple[str, int], Counted]) -> tuple[int, bool, str]:
+               counted: list[bool], binding: dict[int, tuple[Call, ...] | None], kept: tuple[Kept | None, bool]) -> tuple[int, bool, str]:
     """Run a node's rules that read ``now`` or ``counts`` around its remembered ones: (position,
     unresolvable, reason) of the first rejection. A rule that reads ``counts`` and not ``now``
-    (``counted``) is reused from ``kept`` while the counts it read are the same."""
+    (``counted``) is reused from ``kept`` (the class's, and whether to keep more) while the counts it read are the same."""
     position, unresolvable_, reason = r.position, r.unresolvable, r.reason
     cache: dict[str, Any] = {}
 
     def outcome(entry: Entry) -> tuple[bool, str]:
         i, scope, rule, arity, fn, bind_error = entry
         if counted[i]:
-            rejected, message, ran = judged(kept, i, scope, rule, arity, fn, bind_error, binding[i], node, info, name, result.errors)
+            assert kept[0] is not None
+            rejected, message, ran = judged(kept[0], kept[1], i, scope, rule, arity, fn, bind_error, binding[i], node, info, name, result.errors)
             counts[i] += ran
             return rejected, message
         counts[i] += 1

@@ -153,9 +153,9 @@ class ClassMemo:
         self.eventful = False
         self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each (without events: by position, unresolvable, reason and rules left to run)
         self.pinned: Any = None  # the dra object of the class key (EquivalenceCache.table)
-        # Per (node name, rule position): a filter rule that reads counts, with the counts it read
-        # (engine.equivalence.counted), reused while they are the same.
-        self.counted: dict[tuple[str, int], Any] = {}
+        # Filter rules that read counts, per node with the counts they read (engine.equivalence.counted,
+        # a ``Kept``), reused while those are the same: None until the class has such a rule.
+        self.counted: Any = None
         # No rule of the class reads nodeInfo: a node's result outlives changes of its pods, so
         # the bind of a pod (one node's nodeInfo replaced) costs the class no evaluation.
         self.info_blind = info_blind
