@@ -160,11 +160,6 @@ class PolicyScope:
                 args.append(Unbound(name))
         return fn(*args)
 
-    def bound_already(self, expr: Expression) -> bool:
-        """Whether ``expr`` has been bound for this pod (``bind``): its sub-expressions over the
-        pod-level inputs were computed then, not at its next use."""
-        return id(expr) in self._bound
-
     def caller(self, expr: Expression) -> tuple[int, Callable[..., Any] | None, BaseException | None]:
         """A fast way to call the bound expression per node: ``(arity, fn, error)``
         where arity 0, 1 or 2 means ``fn()``, ``fn(node)``, ``fn(node, nodeInfo)``

@@ -32,7 +32,6 @@ from engine.decisions.filtering import (
     judge,
 )
 from engine.equivalence.classes import EquivalenceCache
-from engine.equivalence.counted import Call, Kept, bind_recorded, judged
 from engine.equivalence.memo import ClassMemo, Offload, Snapshot, TrackedNodeInfo, afford_all
 from engine.equivalence.merging import merge, reword
 from engine.equivalence.reads import PolicyReads
@@ -336,28 +335,14 @@ def _memoized(
         start = memo.clock()
         passing = passing.copy()
         bound: dict[int, Entry] = {}
-        counted = [reads(scope).counted(rule.expression, rule.message_expression) for scope, rule in ordered]
-        binding: dict[int, tuple[Call, ...] | None] = {}  # per counted rule: the counts it read as it was bound
-        # A class's first request keeps nothing: most classes of a cap (a spread app's) are a pod like no other.
-        store: Kept | None = memo.counted
-        keep = store is not None
-        if store is None and True in counted:
-            store = memo.counted = Kept()
-        kept = (store, keep)
         for i in sorted(view.timed):
             name = names[i]
             r = results[i]
             for k in r.timed:
                 if k not in bound:
                     scope, rule = ordered[k]
-                    if counted[k]:
-                        assert store is not None
-                        caller, binding[k] = bind_recorded(scope, rule, store)
-                        bound[k] = (k, scope, rule, *caller)
-                    else:
-                        bound[k] = (k, scope, rule, *scope.caller(rule.expression))
-            position, unresolvable_, reason = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, found.node(i, nodes), found.info(i), name,
-                                                         counted, binding, kept)
+                    bound[k] = (k, scope, rule, *scope.caller(rule.expression))
+            position, unresolvable_, reason = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, found.node(i, nodes), found.info(i), name)
             if position == NEVER:
                 passing[i] = 1
             else:
@@ -373,33 +358,18 @@ def _memoized(
     return names, passing
 
 
-def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts: list[int], enforced: int, node: Any, info: Any, name: str,
-               counted: list[bool], binding: dict[int, tuple[Call, ...] | None], kept: tuple[Kept | None, bool]) -> tuple[int, bool, str]:
-    """Run a node's rules that read ``now`` or ``counts`` around its remembered ones: (position,
-    unresolvable, reason) of the first rejection. A rule that reads ``counts`` and not ``now``
-    (``counted``) is reused from ``kept`` (the class's, and whether to keep more) while the counts it read are the same."""
+def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts: list[int], enforced: int, node: Any, info: Any, name: str) -> tuple[int, bool, str]:
+    """Run a node's rules that read ``now`` around its remembered ones: (position, unresolvable, reason) of the first rejection."""
     position, unresolvable_, reason = r.position, r.unresolvable, r.reason
     cache: dict[str, Any] = {}
-
-    def outcome(entry: Entry) -> tuple[bool, str]:
-        i, scope, rule, arity, fn, bind_error = entry
-        if counted[i]:
-            assert kept[0] is not None
-            rejected, message, ran = judged(kept[0], kept[1], i, scope, rule, arity, fn, bind_error, binding[i], node, info, name, result.errors)
-            counts[i] += ran
-            return rejected, message
+    for i, scope, rule, arity, fn, bind_error in entries:
+        if i >= enforced or i > position:
+            break
         counts[i] += 1
         value, error = evaluate_rule(scope, rule, arity, fn, bind_error, node, info, cache)
         if value is True:
-            return False, ""
+            continue
         rejected, message, _ = judge(scope, rule, node, info, cache, value, error, name, result.errors)
-        return rejected, message
-
-    for entry in entries:
-        i, rule = entry[0], entry[2]
-        if i >= enforced or i > position:
-            break
-        rejected, message = outcome(entry)
         if rejected:
             position, unresolvable_, reason = i, rule.unresolvable, message
             break
@@ -408,12 +378,15 @@ def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts
             result.audit_rejections.append(event)
         elif i <= position or i >= enforced:
             result.errors.append(event)
-    for entry in entries:
-        if entry[0] < enforced:
+    for i, scope, rule, arity, fn, bind_error in entries:
+        if i < enforced:
             continue
-        rejected, message = outcome(entry)
-        if rejected:
-            result.audit_rejections.append(RuleEvent(entry[1].policy.name, entry[2].name, name, message))
+        counts[i] += 1
+        value, error = evaluate_rule(scope, rule, arity, fn, bind_error, node, info, cache)
+        if value is not True:
+            rejected, message, _ = judge(scope, rule, node, info, cache, value, error, name, result.errors)
+            if rejected:
+                result.audit_rejections.append(RuleEvent(scope.policy.name, rule.name, name, message))
     return position, unresolvable_, reason
 
 

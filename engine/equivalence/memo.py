@@ -130,7 +130,7 @@ class ClassMemo:
     """
 
     __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "info_blind", "prepared", "asked", "cost", "per_request", "clock",
-                 "pinned", "counted", "asked_at")
+                 "pinned", "asked_at")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         # Per node name: the node and nodeInfo objects a result was computed from, and the
@@ -153,9 +153,6 @@ class ClassMemo:
         self.eventful = False
         self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each (without events: by position, unresolvable, reason and rules left to run)
         self.pinned: Any = None  # the dra object of the class key (EquivalenceCache.table)
-        # Filter rules that read counts, per node with the counts they read (engine.equivalence.counted,
-        # a ``Kept``), reused while those are the same: None until the class has such a rule.
-        self.counted: Any = None
         # No rule of the class reads nodeInfo: a node's result outlives changes of its pods, so
         # the bind of a pod (one node's nodeInfo replaced) costs the class no evaluation.
         self.info_blind = info_blind

@@ -19,11 +19,8 @@ from engine.policy.model import Expression, Policy
 Path = tuple[str, ...]
 # What changes between two requests without any node or nodeInfo being replaced: the clock,
 # and pods counted across nodes (a pod bound on one node changes the count of every other
-# node in its zone), so rules reading them are not remembered with the others: a rule that
-# reads the clock runs on every request, one that reads counts only is remembered with the
-# counts it read (engine.equivalence.counted).
+# node in its zone), so rules reading them are evaluated anew, never remembered.
 PER_REQUEST = frozenset(("now", "counts"))
-COUNTS = frozenset(("counts",))
 # The cluster's DRA objects: a claim allocated anywhere changes what is free on its node, and no
 # nodeInfo is replaced for it. The same ``dra`` object is handed out until something changes
 # (engine.cluster.devices.DeviceIndex.snapshot), so for a policy that reads it the object is
@@ -79,8 +76,7 @@ class PolicyReads:
             "filter": any(rule.reads_node_info or (rule.message_expression is not None and _reads_node_info(policy, rule.message_expression)) for rule in policy.filters),
             "score": any(_reads_node_info(policy, rule.expression) for rule in policy.scores),
         }
-        self._timed: dict[str, frozenset[str]] = {}  # per expression path: which of PER_REQUEST it reads
-        self._counted: dict[str, bool] = {}  # per filter rule's path: ``counted``
+        self._timed: dict[str, bool] = {}
         self._guards: dict[str, Expression | None] = {}
         self._remembers: bool | None = None
         match = policy.match.expression
@@ -118,24 +114,11 @@ class PolicyReads:
         return any(e is not None and self._reads_now(e) for e in expressions)
 
     def _reads_now(self, expr: Expression) -> bool:
-        return bool(self._per_request(expr))
-
-    def _per_request(self, expr: Expression) -> frozenset[str]:
-        """Which of ``PER_REQUEST`` the expression reads, directly or through a policy variable."""
         found = self._timed.get(expr.path)
         if found is None:
-            self._timed[expr.path] = frozenset()  # variables cannot form cycles (the compiler checks), this only guards
-            found = PER_REQUEST.intersection(ast.free_variables(expr.root)).union(
-                *(self._per_request(self.policy.variable(v).expression) for v in expr.variables))
+            self._timed[expr.path] = False  # variables cannot form cycles (the compiler checks), this only guards
+            found = not PER_REQUEST.isdisjoint(ast.free_variables(expr.root)) or any(self._reads_now(self.policy.variable(v).expression) for v in expr.variables)
             self._timed[expr.path] = found
-        return found
-
-    def counted(self, rule: Expression, message: Expression | None) -> bool:
-        """Whether a filter rule and its message read ``counts`` and not ``now``: such a rule is
-        remembered per node with the counts it read (``engine.equivalence.counted``)."""
-        found = self._counted.get(rule.path)
-        if found is None:
-            found = self._counted[rule.path] = self._per_request(rule).union(self._per_request(message) if message is not None else ()) == COUNTS
         return found
 
 
