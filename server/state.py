@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.cluster.nodeinfo import NodesByName
+from engine.cluster.nodeinfo import NodesByName, pod_name
 from engine.equivalence.classes import EquivalenceCache
 from engine.equivalence.warming import Warming
 from engine.reservations.heldroom import Home
@@ -155,8 +155,7 @@ class ServerState:
         self.metrics.count_equivalence(verb, hits, misses)
 
     def record(self, verb: str, pod: Mapping[str, Any], generation: str, **details: Any) -> None:
-        meta = pod.get("metadata") or {}
-        name = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+        name = pod_name(pod)
         self.decisions.record(verb, name, generation, **details)
         level = logging.INFO if self.settings.log_decisions else logging.DEBUG
         if log.isEnabledFor(level):

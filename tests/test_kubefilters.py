@@ -11,8 +11,7 @@ import pytest
 import yaml
 
 from engine.cluster import kubefilters
-from engine.cluster.nodeinfo import node_info_map
-from engine.decisions.preemption import victim_name
+from engine.cluster.nodeinfo import node_info_map, pod_name
 
 TABLE: dict[str, list[dict[str, Any]]] = yaml.safe_load((Path(__file__).parent / "cases" / "kube-filters.yaml").read_text())
 
@@ -34,7 +33,7 @@ def test_kube_scheduler_s_filters_say_what_the_table_says(case: dict[str, Any]) 
 def test_the_preemption_dry_run_picks_the_victims_the_table_says(case: dict[str, Any]) -> None:
     info = node_info_map([case["node"]], case["pods"])
     victims, why = kubefilters.dry_run_victims(case["pod"], case["node"], info[case["node"]["metadata"]["name"]])
-    assert [victim_name(v) for v in victims] == case["victims"]
+    assert [pod_name(v) for v in victims] == case["victims"]
     if case["victims"]:
         assert why == ""
     else:

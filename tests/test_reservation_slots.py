@@ -12,7 +12,8 @@ import yaml
 
 from engine.policy.loader import load_text
 from engine.policy.reservation import placeholder_pod
-from engine.reservations.slots import Plan, SlotMemory, key_of, plan
+from engine.cluster.nodeinfo import pod_name
+from engine.reservations.slots import Plan, SlotMemory, plan
 
 CASES: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "cases" / "reservation-slots.yaml").read_text())
 NS = "kpe-system"
@@ -51,10 +52,10 @@ def build(spec: dict[str, Any], order: int, res: Any) -> dict[str, Any]:
 def seen(result: Plan) -> dict[str, list[str]]:
     return {
         "creates": [f"{c.index} near {c.near or '-'}: {c.reason}" for c in result.creates],
-        "claims": [f"{key_of(c.owner)} takes {c.index} on {c.node}" for c in result.claims],
+        "claims": [f"{pod_name(c.owner)} takes {c.index} on {c.node}" for c in result.claims],
         "deletes": [f"{d.pod['metadata']['name']}: {d.reason}" for d in result.deletes],
         "slots": [f"{s.index} {s.state} {s.node or '-'} {s.pod or '-'}" for s in result.slots["train"]],
-        "undecided": [key_of(p) for p in result.undecided],
+        "undecided": [pod_name(p) for p in result.undecided],
     }
 
 
@@ -67,14 +68,14 @@ def test_slot_bookkeeping_over_a_run_of_passes(case: dict[str, Any]) -> None:
         answers = {k: (None if v == "unknown" else bool(v)) for k, v in (step.get("owners") or {}).items()}
 
         def owns(_: Any, pod: dict[str, Any]) -> bool | None:
-            return answers.get(key_of(pod), pod["metadata"]["namespace"] == "ml")
+            return answers.get(pod_name(pod), pod["metadata"]["namespace"] == "ml")
 
         result = plan([res], pods, memory, namespace=NS, owns=owns, now=float(step["at"]), grace_s=5.0)
         expected = step.get("expect") or {}
         got = seen(result) if expected else {}
         assert {k: got[k] for k in expected} == expected, f"pass {number} (at {step['at']})"
         for name in step.get("claimsFail") or []:
-            claim = next(c for c in result.claims if key_of(c.owner) == name)
+            claim = next(c for c in result.claims if pod_name(c.owner) == name)
             result.unclaim(claim, memory)
         memory.deleted.update(step.get("kpeDeleted") or [])
         for index, uid in (step.get("kpeCreated") or {}).items():

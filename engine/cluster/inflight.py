@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.cluster.kubefilters import priority as pod_priority
-from engine.cluster.nodeinfo import is_active, pod_key, pod_requests
+from engine.cluster.nodeinfo import is_active, pod_key, pod_name, pod_requests
 from engine.cel.ext import quantity as _q
 from engine.cel.ext.quantity import Quantity
 
@@ -71,8 +71,7 @@ NAMED = 3
 def _named(pods: Sequence[Obj], what: str) -> str:
     names = []
     for pod in pods[:NAMED]:
-        meta = pod.get("metadata") or {}
-        names.append(f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}")
+        names.append(pod_name(pod))
     more = f" and {len(pods) - NAMED} more" if len(pods) > NAMED else ""
     return f"{len(pods)} pod{'s' if len(pods) != 1 else ''} {what} ({', '.join(names)}{more})"
 

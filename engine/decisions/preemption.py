@@ -45,7 +45,7 @@ from engine.decisions.evaluation import matching_scopes, request_inputs, run_rul
 from engine.decisions.deadline import Deadline
 from engine.decisions.filtering import NO_NODE_INFO, RuleEvent, filter_nodes
 from engine.cluster.inflight import counted_note, with_pods
-from engine.cluster.nodeinfo import NodeInfoAccumulator, node_name, pod_key
+from engine.cluster.nodeinfo import NodeInfoAccumulator, node_name, pod_key, pod_name
 from engine.policy.counts import reads_counts
 from engine.policy.model import PolicySet
 from engine.policy.reservation import preemption_veto
@@ -64,10 +64,6 @@ class PreemptionResult:
     unchecked: dict[str, str] = field(default_factory=dict)
     overdue: int = 0  # candidates decided unevaluated: the request's deadline had passed
 
-
-def victim_name(victim: Mapping[str, Any]) -> str:
-    meta = victim.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
 
 
 def preempt(
@@ -133,7 +129,7 @@ def preempt(
             if rules.node is not None:
                 checks.append(("node", rules.node, {"node": node, "nodeInfo": info, "victims": list(victims)}))
             if rules.victim is not None:
-                checks += [(f"victim {victim_name(v)}", rules.victim, {"node": node, "nodeInfo": info, "victim": v}) for v in victims]
+                checks += [(f"victim {pod_name(v)}", rules.victim, {"node": node, "nodeInfo": info, "victim": v}) for v in victims]
             for what, expr, inputs in checks:
                 outcome = run_rule(scope, expr, inputs, {}, rule=what, kind="preemption", timed=False)
                 error = outcome.error

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine.cluster.nodeinfo import pod_name
 from engine.policy.compiler import CostLimits, compile_policy
 from engine.policy.documents import Document, format_path
 from engine.errors import PolicyError
@@ -146,13 +147,13 @@ def preemption_veto(
         held = reservation_of(victim)
         if held and held not in owned:
             policy = POLICY_PREFIX + held
-            return policy, f"{policy}/placeholders: {_name(victim)} holds a slot of reservation {held}, which only its owners may use"
+            return policy, f"{policy}/placeholders: {pod_name(victim)} holds a slot of reservation {held}, which only its owners may use"
         # An owner in its slot holds the reservation's room as its placeholder did: evicting
         # it for a non-owner would hand that room to someone else all the same.
         used = slot_of(victim)
         if used and used[0] in known and used[0] not in owned:
             policy = POLICY_PREFIX + used[0]
-            return policy, f"{policy}/placeholders: {_name(victim)} uses slot {used[1]} of reservation {used[0]}, which only its owners may use"
+            return policy, f"{policy}/placeholders: {pod_name(victim)} uses slot {used[1]} of reservation {used[0]}, which only its owners may use"
     for name in sorted(owned):
         reservation = known.get(name)
         if reservation is None or not reservation.required:
@@ -160,7 +161,7 @@ def preemption_veto(
         for victim in victims:
             if reservation_of(victim) not in owned:
                 policy = reservation.policy
-                return policy, f"{policy}/required: an owner of reservation {name} runs only in its slots, so it may evict only their placeholders, not {_name(victim)}"
+                return policy, f"{policy}/required: an owner of reservation {name} runs only in its slots, so it may evict only their placeholders, not {pod_name(victim)}"
     return None
 
 
@@ -172,10 +173,6 @@ def slot_of(pod: Mapping[str, Any]) -> tuple[str, int] | None:
     name, _, index = value.rpartition("/")
     return (name, int(index)) if index.isdigit() and name else None
 
-
-def _name(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
 
 
 def placeholder_name(reservation: str, index: int) -> str:

@@ -14,7 +14,7 @@ from engine.decisions.evaluation import current_time
 from engine.decisions.filtering import FilterResult, filter_nodes
 from engine.reservations.heldroom import Homes, keep_off
 from engine.cluster.counts import counts_of
-from engine.cluster.nodeinfo import node_info_map, node_name
+from engine.cluster.nodeinfo import node_info_map, node_name, pod_name
 from engine.policy.model import Policy, PolicySet
 from engine.policy.reads import reads_variable
 from engine.decisions.scoring import ScoreResult, score_nodes
@@ -107,10 +107,9 @@ counted over ``nodes`` and ``cluster_pods``). ``namespaces``: Namespace objects 
         else {}
     )
     admission = admit(policy_set, pod, nodes=nodes, pods=cluster_pods, now=now, namespaces=namespaces, dra=dra)
-    meta = pod.get("metadata") or {}
     return Report(
         generation=policy_set.generation,
-        pod=f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}",
+        pod=pod_name(pod),
         matched=filtered.matched,
         filter=filtered,
         score=scored,

@@ -34,7 +34,7 @@ from engine.cel.ext.quantity import Quantity
 from engine.decisions.evaluation import Outcome, matching_scopes, request_inputs
 from engine.decisions.filtering import FilterResult
 from engine.cluster.kubefilters import _Room, pod_requests
-from engine.cluster.nodeinfo import node_name
+from engine.cluster.nodeinfo import node_name, pod_name
 from engine.policy.model import PolicySet
 from engine.decisions.preemption import PreemptionResult, without_victims
 from engine.policy.reservation import POLICY_PREFIX, SLOT_LABEL, reservation_of, slot_of
@@ -67,10 +67,6 @@ class Home:
 Homes = Mapping[str, Sequence[Home]]  # by node name
 
 
-def _key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
-
 
 def _holdings(homes: Sequence[Home], info: Mapping[str, Any] | None) -> tuple[list[Home], list[Mapping[str, Any]]]:
     """The homes on a node that none of its pods (``nodeInfo.pods``) holds, and the pods
@@ -87,7 +83,7 @@ def _holdings(homes: Sequence[Home], info: Mapping[str, Any] | None) -> tuple[li
         claim = slot_of(pod)
         if claim is not None:
             slots.add(claim)
-        owner = owners.get(_key(pod))
+        owner = owners.get(pod_name(pod))
         if owner is not None:
             slots.add((owner.reservation, owner.index))
         if slots & wanted.keys():
@@ -103,7 +99,7 @@ def in_transit(homes: Sequence[Home], info: Mapping[str, Any] | None) -> list[Ho
 
 def kept_off(pod: Mapping[str, Any], owned: Collection[str], node: Mapping[str, Any], info: Mapping[str, Any] | None, homes: Sequence[Home]) -> str:
     """Why ``pod`` may not use ``node`` (it fits there only in a slot's room), or ""."""
-    me = _key(pod)
+    me = pod_name(pod)
     # Owners may use their reservations' room; a placeholder coming back may use its own slot's.
     theirs = [h for h in homes if h.reservation not in owned and h.placeholder != me]
     if not theirs:

@@ -40,6 +40,7 @@ from typing import Any
 
 from engine.reservations.heldroom import Home
 from engine.cluster.kubefilters import pod_requests
+from engine.cluster.nodeinfo import pod_name
 from engine.policy.reservation import (
     MANAGED_BY, SLOT_LABEL, TEMPLATE_ANNOTATION, Reservation, placeholder_name, placeholder_pod, reservation_of, slot_of,
 )
@@ -132,16 +133,12 @@ class Plan:
         for slot in self.slots.get(claim.reservation, []):
             if slot.index == claim.index:
                 if held is not None:
-                    slot.state, slot.node, slot.pod = ("free" if _node(held) else "pending"), _node(held), key_of(held)
+                    slot.state, slot.node, slot.pod = ("free" if _node(held) else "pending"), _node(held), pod_name(held)
                 else:
                     slot.state, slot.pod = "missing", ""
         for node, homes in self.homes.items():
             self.homes[node] = [replace(h, owner="") if (h.reservation, h.index) == key else h for h in homes]
 
-
-def key_of(pod: Pod) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
 
 
 def is_placeholder(pod: Pod, namespace: str) -> bool:
@@ -167,7 +164,7 @@ def _node(pod: Pod) -> str:
 
 
 def _uid(pod: Pod) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or key_of(pod))
+    return str((pod.get("metadata") or {}).get("uid") or pod_name(pod))
 
 
 def _ident(pod: Pod) -> str:
@@ -227,7 +224,7 @@ def plan(
             memory.nodes[key] = _node(placeholder)  # a replaced placeholder comes back near it
         if key in used or stale:
             if key in used:
-                out.deletes.append(Delete(placeholder, f"its slot is used by {key_of(used[key])}", "taken"))
+                out.deletes.append(Delete(placeholder, f"its slot is used by {pod_name(used[key])}", "taken"))
             else:
                 out.deletes.append(Delete(placeholder, f"reservation {key[0]}'s template changed", "template"))
             del live[key]
@@ -245,7 +242,7 @@ def plan(
                 if not reservation.return_slots:
                     memory.consumed.add(key)
     for key, owner in used.items():
-        memory.used_by[key] = key_of(owner)
+        memory.used_by[key] = pod_name(owner)
     for reservation in sorted(by_name.values(), key=lambda r: r.name):
         slots = out.slots[reservation.name] = []
         for index in range(reservation.slots):
@@ -293,7 +290,7 @@ def _claim(
             by_node.setdefault(node, []).append(key)
     if not by_node:
         return waiting
-    ordered = sorted(candidates, key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""), key_of(p)))
+    ordered = sorted(candidates, key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""), pod_name(p)))
     for pod in ordered:
         node = _node(pod) or str((pod.get("status") or {}).get("nominatedNodeName") or "")
         for key in sorted(by_node.get(node, [])):
@@ -315,7 +312,7 @@ def _claim(
             out.claims.append(Claim(pod, key[0], key[1], node, held))
             used[key] = pod
             if held is not None:
-                out.deletes.append(Delete(held, f"its slot is used by {key_of(pod)}", "taken"))
+                out.deletes.append(Delete(held, f"its slot is used by {pod_name(pod)}", "taken"))
                 del live[key]
             by_node[node].remove(key)
             break
@@ -330,11 +327,11 @@ def _slot(
     if key in live:
         memory.missing_since.pop(key, None)
         placeholder = live[key]
-        return Slot(name, index, "free" if _node(placeholder) else "pending", _node(placeholder), key_of(placeholder))
+        return Slot(name, index, "free" if _node(placeholder) else "pending", _node(placeholder), pod_name(placeholder))
     if key in used:
         memory.missing_since.pop(key, None)
         owner = used[key]
-        return Slot(name, index, "used", _node(owner) or str((owner.get("status") or {}).get("nominatedNodeName") or ""), key_of(owner))
+        return Slot(name, index, "used", _node(owner) or str((owner.get("status") or {}).get("nominatedNodeName") or ""), pod_name(owner))
     near = memory.nodes.get(key, "")
     if key in memory.consumed:
         return Slot(name, index, "consumed", near)

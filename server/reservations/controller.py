@@ -53,7 +53,8 @@ from engine.decisions.evaluation import matching_scopes, request_inputs
 from engine.reservations.heldroom import Home
 from engine.policy.model import PolicySet
 from engine.policy.reservation import CLAIM_ANNOTATION, RESERVATION_LABEL, SLOT_LABEL, Reservation, placeholder_pod
-from engine.reservations.slots import Claim, Create, Delete, Plan, SlotMemory, key_of, plan
+from engine.cluster.nodeinfo import pod_name
+from engine.reservations.slots import Claim, Create, Delete, Plan, SlotMemory, plan
 
 from server.cluster.kube import ApiError
 from server.cluster.leader import first, micro_time, run_passes
@@ -146,14 +147,14 @@ class ReservationController:
                     pod = await client.get_pod(str(meta.get("namespace") or "default"), str(meta.get("name")))
                 except ApiError as exc:
                     if exc.status != 404:
-                        log.warning("could not read %s to tell whether it owns a reservation: %s", key_of(cached), exc)
+                        log.warning("could not read %s to tell whether it owns a reservation: %s", pod_name(cached), exc)
                         return  # still not known: its slot waits for the next pass
                     pod = None
             same = pod is not None and str((pod.get("metadata") or {}).get("uid") or "") == uid
             for reservation in policy_set.reservations:
                 owns = same and pod is not None and bool(matching_scopes(self._single(policy_set, reservation), pod, request_inputs(pod, None, namespaces=self.state.namespaces())))
                 self._owners[(uid, policy_set.generation, reservation.name)] = owns
-            log.debug("read %s whole: owns %s", key_of(cached), sorted(r.name for r in policy_set.reservations if self._owners.get((uid, policy_set.generation, r.name))) or "no reservation")
+            log.debug("read %s whole: owns %s", pod_name(cached), sorted(r.name for r in policy_set.reservations if self._owners.get((uid, policy_set.generation, r.name))) or "no reservation")
 
         await asyncio.gather(*(read(uid, pod) for uid, pod in wanted.items() if uid))
 
@@ -166,7 +167,7 @@ class ReservationController:
             pod = await client.get_pod(str(meta.get("namespace") or "default"), str(meta.get("name")))
         except ApiError as exc:
             if exc.status != 404:
-                log.warning("could not read %s: %s", key_of(claim.owner), exc)
+                log.warning("could not read %s: %s", pod_name(claim.owner), exc)
             return None
         reservation = next(r for r in policy_set.reservations if r.name == claim.reservation)
         single = self._single(policy_set, reservation)
@@ -281,10 +282,10 @@ class ReservationController:
         try:
             await client.merge_patch_pod(meta["namespace"], meta["name"], {"metadata": {"uid": meta.get("uid"), "annotations": {CLAIM_ANNOTATION: value}}})
         except ApiError as exc:
-            log.warning("could not record %s's slot %s: %s", key_of(pod), value, exc)
+            log.warning("could not record %s's slot %s: %s", pod_name(pod), value, exc)
             return False
         self.claims.labels(claim.reservation).inc()
-        log.info("%s took slot %s on %s", key_of(pod), value, claim.node)
+        log.info("%s took slot %s on %s", pod_name(pod), value, claim.node)
         await self._event(pod, "ReservedSlotTaken", f"uses slot {claim.index} of reservation {claim.reservation} on node {claim.node}")
         return True
 
@@ -300,11 +301,11 @@ class ReservationController:
         except ApiError as exc:
             self.memory.deleted.discard(uid)  # 404: someone else deleted it; 409: another pod by now
             if exc.status not in (404, 409):
-                log.warning("could not delete placeholder %s: %s", key_of(pod), exc)
+                log.warning("could not delete placeholder %s: %s", pod_name(pod), exc)
             return
         labels = meta.get("labels") or {}
         self.placeholder_changes.labels(str(labels.get(RESERVATION_LABEL, "")), "deleted").inc()
-        log.info("deleted placeholder %s: %s", key_of(pod), reason)
+        log.info("deleted placeholder %s: %s", pod_name(pod), reason)
         if delete.kind in DELETED:
             what = f"slot {labels.get(SLOT_LABEL, '?')} of reservation {labels.get(RESERVATION_LABEL, '?')}"
             await self._event(pod, DELETED[delete.kind], f"placeholder of {what} deleted: {reason}")
@@ -348,7 +349,7 @@ class ReservationController:
         try:
             await client.create_event(namespace, event)
         except ApiError as exc:
-            log.warning("could not record event for %s: %s", key_of(pod), exc)
+            log.warning("could not record event for %s: %s", pod_name(pod), exc)
 
     def _export(self, result: Plan) -> None:
         self.slot_gauge.clear()

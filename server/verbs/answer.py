@@ -52,10 +52,6 @@ def cache_unusable(state: ServerState) -> str:
     return ""
 
 
-def pod_label(pod: dict[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
-
 
 @dataclass(frozen=True, slots=True)
 class Answer:

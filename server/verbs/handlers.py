@@ -32,7 +32,7 @@ from server.http.responses import HTTPProblem, parse_json
 from server.http.wire import ExtenderArgs, decode_extender_args, filter_result, host_priority, host_priority_json, host_priority_list
 from server.state import ServerState
 from server.verbs.inflight import counted, in_flight, record
-from server.verbs.answer import GENERATION_HEADER, INLINE_BUDGET_S, NO_CLUSTER, Answer, cache_unusable, evaluate, pod_label
+from server.verbs.answer import GENERATION_HEADER, INLINE_BUDGET_S, NO_CLUSTER, Answer, cache_unusable, evaluate
 from server.verbs.lookahead import Expected
 from server.verbs.reserved import keep_off_reserved
 from server.verbs.wholenodes import remember_nodes

@@ -43,9 +43,9 @@ from engine.cluster.kubefilters import KubeVerdict
 from engine.cel.ext.kube import node_devices, node_free_devices, pod_devices
 from engine.cel.ext.kuberesources import pod_requests, scheduler_units
 from engine.cluster.inflight import nominated_to
-from engine.cluster.nodeinfo import TERMINAL_PHASES, is_active, node_info_map, node_name, pod_key
+from engine.cluster.nodeinfo import TERMINAL_PHASES, is_active, node_info_map, node_name, pod_key, pod_name
 from engine.policy.model import PolicySet
-from engine.decisions.preemption import preempt, veto, victim_name, without_victims
+from engine.decisions.preemption import preempt, veto, without_victims
 from engine.reservations.slots import Slot
 
 
@@ -268,7 +268,7 @@ def preemption_verdicts(
                          in_flight=in_flight)
         result = keep_evictions_off(result, policy_set, pod, by_name, node_info, homes, namespaces=namespaces)
         for name, victims in candidates.items():
-            names = [victim_name(v) for v in victims]
+            names = [pod_name(v) for v in victims]
             if name in result.rejected:
                 out[name] = EvictionVerdict(False, f"kpe refuses: {result.rejected[name]}", names)
             else:

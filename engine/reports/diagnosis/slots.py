@@ -24,7 +24,8 @@ from engine.decisions.evaluation import matching_scopes, request_inputs
 from engine.reservations.heldroom import RULE as ROOM_RULE
 from engine.policy.model import PolicySet
 from engine.policy.reservation import Reservation, reservation_of
-from engine.reservations.slots import Plan, Slot, SlotMemory, claim_of, key_of, plan
+from engine.cluster.nodeinfo import pod_name
+from engine.reservations.slots import Plan, Slot, SlotMemory, claim_of, plan
 
 
 @dataclass
@@ -75,7 +76,7 @@ def reservation_parts(
     verdicts: Mapping[str, tuple[str, str]],
 ) -> list[ReservationPart]:
     """Each reservation's part for ``pod``. ``verdicts``: kpe's filter verdict and reason by node."""
-    me = key_of(pod)
+    me = pod_name(pod)
     mine = claim_of(pod)
     nominated = str((pod.get("status") or {}).get("nominatedNodeName") or "")
     parts: list[ReservationPart] = []
