@@ -9,7 +9,7 @@ import gc
 import sys
 import tracemalloc
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -86,12 +86,20 @@ def test_whole_nodes_kept_between_requests_cost_about_their_json() -> None:
 
 
 def test_a_filters_node_names_are_the_caches_own_strings() -> None:
-    cached = sys.intern("".join(["cpu-us-east-1a-", "00042"]))  # as trim interns a cached node's name
-    body = orjson.loads(b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["cpu-us-east-1a-00042", "cpu-us-east-1b-00007"]}')
+    from server.cluster.cache import ClusterCache
+
+    cache = ClusterCache(cast(Any, object()))
+    nodes = cache._informers["node"]
+    for event, name in (("ADDED", "cpu-us-east-1a-00042"), ("ADDED", "cpu-us-east-1c-00001"), ("MODIFIED", "cpu-us-east-1a-00042")):
+        cache.apply(nodes, {"type": event, "object": {"metadata": {"name": "".join(["cpu-us-east-1", name[13:]]), "resourceVersion": "1"}}})
+    cache.apply(nodes, {"type": "DELETED", "object": {"metadata": {"name": "cpu-us-east-1c-00001"}}})
+    cached = cache.node("cpu-us-east-1a-00042")["metadata"]["name"]  # type: ignore[index]
+    body = orjson.loads(b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["cpu-us-east-1a-00042", "cpu-us-east-1c-00001"]}')
     assert body["NodeNames"][0] is not cached  # decoded: a string of its own
-    args = decode_extender_args(body, "filter")
-    assert args.node_names == ["cpu-us-east-1a-00042", "cpu-us-east-1b-00007"]
-    assert args.node_names is not None and args.node_names[0] is cached
+    args = decode_extender_args(body, "filter", own_names=cache.own_names)
+    assert args.node_names == ["cpu-us-east-1a-00042", "cpu-us-east-1c-00001"]
+    assert args.node_names[0] is cached
+    assert args.node_names[1] is body["NodeNames"][1]  # a deleted node's name is not kept
 
 
 def test_the_domains_of_nodes_in_flight_are_the_nodes_own_label_maps() -> None:

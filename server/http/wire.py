@@ -8,7 +8,6 @@ server turns that into a 400.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -222,10 +221,12 @@ class ExtenderArgs:
     known_nodes: list[dict[str, Any]] | None = None
 
 
-def decode_extender_args(body: Any, verb: str, *, known: Callable[[list[Any]], list[dict[str, Any] | None]] | None = None) -> ExtenderArgs:
+def decode_extender_args(body: Any, verb: str, *, known: Callable[[list[Any]], list[dict[str, Any] | None]] | None = None,
+                         own_names: Callable[[list[str]], list[str]] | None = None) -> ExtenderArgs:
     """``known(nodes)``, when given, returns for each node kpe's own copy of it at the same
     version (None where it has none): such a node is not checked, since its copy is what
-    gets evaluated."""
+    gets evaluated. ``own_names(names)``, when given, returns kpe's own string of each name
+    it knows (``ClusterCache.own_names``)."""
     body = _body(body, verb)
     pod = _pod(body)
     raw_nodes = field_ci(body, "Nodes")
@@ -259,9 +260,9 @@ def decode_extender_args(body: Any, verb: str, *, known: Callable[[list[Any]], l
         # set(map(type, ...)) checks a 5,000-name list in C; a genexpr would cost more than the filter.
         if not isinstance(raw_names, list) or not set(map(type, raw_names)) <= {str}:
             raise WireError("NodeNames must be an array of strings")
-        # The cache's own strings (its node names are interned as they enter): what outlives
-        # the request (nodes in flight, remembered answers) holds no copy of a name.
-        names = list(map(sys.intern, raw_names))
+        # The cache's own strings: what outlives the request (nodes in flight, remembered
+        # answers) holds no copy of a name.
+        names = own_names(raw_names) if own_names is not None else raw_names
     if nodes is None and names is None:
         raise WireError(f"{verb} request has neither Nodes nor NodeNames")
     return ExtenderArgs(pod, nodes, names, meta, known_nodes)

@@ -64,6 +64,11 @@ def cached_copies(state: ServerState) -> Callable[[list[Any]], list[dict[str, An
     return copies
 
 
+def own_names(state: ServerState) -> Callable[[list[str]], list[str]] | None:
+    """The node cache's own string of each name a request sends (``ClusterCache.own_names``)."""
+    return state.cache.own_names if state.cache is not None else None
+
+
 _METADATA, _NAME = itemgetter("metadata"), itemgetter("name")
 _RESOURCE_VERSION = methodcaller("get", "resourceVersion")
 
@@ -71,7 +76,7 @@ _RESOURCE_VERSION = methodcaller("get", "resourceVersion")
 async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> Answer:
     policy_set = state.store.current
     body = parse_json(raw)
-    args = decode_extender_args(body, "filter", known=cached_copies(state))
+    args = decode_extender_args(body, "filter", known=cached_copies(state), own_names=own_names(state))
     remember_nodes(state.whole_nodes, args.nodes)
     headers = {GENERATION_HEADER: policy_set.generation}
     failed: dict[str, str] = {}
@@ -163,7 +168,7 @@ async def handle_prioritize(raw: bytes, deadline: Deadline, state: ServerState) 
             return await _prioritize(state, expected.policy_set, expected.pod, state.nodes_by_name(expected.names), expected.names, None, deadline)
         state.lookahead.count("rescored")
     policy_set = state.store.current
-    args = decode_extender_args(parse_json(raw), "prioritize", known=cached_copies(state))
+    args = decode_extender_args(parse_json(raw), "prioritize", known=cached_copies(state), own_names=own_names(state))
     remember_nodes(state.whole_nodes, args.nodes)
     nodes: list[dict[str, Any]] | NodesByName
     if args.nodes is not None:
