@@ -34,7 +34,7 @@ from engine.decisions.filtering import (
 from engine.equivalence.classes import EquivalenceCache
 from engine.equivalence.memo import ClassMemo, Offload, Snapshot, TrackedNodeInfo, afford_all
 from engine.equivalence.merging import merge, reword
-from engine.equivalence.reads import PolicyReads
+from engine.equivalence.reads import PolicyReads, node_key
 from engine.policy.model import FilterRule, PolicySet
 
 
@@ -335,14 +335,29 @@ def _memoized(
         start = memo.clock()
         passing = passing.copy()
         bound: dict[int, Entry] = {}
+        # Nodes alike in what the rules that read now or counts read of a node (their zone, for
+        # a cap per zone) get the same verdict from them in this request: run once per kind of
+        # node, unless a run had events to report (they name their node).
+        paths = _timed_node_paths(ordered, reads)
+        alike: dict[tuple[int, bytes], tuple[int, bool, str]] = {}
         for i in sorted(view.timed):
             name = names[i]
             r = results[i]
-            for k in r.timed:
-                if k not in bound:
-                    scope, rule = ordered[k]
-                    bound[k] = (k, scope, rule, *scope.caller(rule.expression))
-            position, unresolvable_, reason = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, found.node(i, nodes), found.info(i), name)
+            node = found.node(i, nodes)
+            key = None
+            if paths is not None and not r.events:
+                key = node_key(id(r), node, paths)
+            decided = alike.get(key) if key is not None else None
+            if decided is None:
+                for k in r.timed:
+                    if k not in bound:
+                        scope, rule = ordered[k]
+                        bound[k] = (k, scope, rule, *scope.caller(rule.expression))
+                reported = len(result.errors) + len(result.audit_rejections)
+                decided = _run_timed(result, r, [bound[k] for k in r.timed], counts, enforced, node, found.info(i), name)
+                if key is not None and len(result.errors) + len(result.audit_rejections) == reported:
+                    alike[key] = decided
+            position, unresolvable_, reason = decided
             if position == NEVER:
                 passing[i] = 1
             else:
@@ -356,6 +371,17 @@ def _memoized(
         for audit, event in results[i].final_events:
             (result.audit_rejections if audit else result.errors).append(event)
     return names, passing
+
+
+def _timed_node_paths(ordered: Ordered, reads: Callable[[PolicyScope], PolicyReads]) -> tuple[tuple[str, ...], ...] | None:
+    """What the rules of ``ordered`` that run per request read of a node (``PolicyReads.timed_node_paths``), None if one reads more than paths."""
+    found: set[tuple[str, ...]] = set()
+    for scope in {id(scope): scope for scope, _ in ordered}.values():
+        paths = reads(scope).timed_node_paths()
+        if paths is None:
+            return None
+        found.update(paths)
+    return tuple(sorted(found))
 
 
 def _run_timed(result: FilterResult, r: Remembered, entries: list[Entry], counts: list[int], enforced: int, node: Any, info: Any, name: str) -> tuple[int, bool, str]:

@@ -79,6 +79,7 @@ class PolicyReads:
         self._timed: dict[str, bool] = {}
         self._guards: dict[str, Expression | None] = {}
         self._remembers: bool | None = None
+        self._timed_node_paths: tuple[Path, ...] | None | bool = False  # False: not worked out yet
         match = policy.match.expression
         # What a match expression's outcome is remembered by (None: it reads now, so never).
         self.match_paths: tuple[Path, ...] | None = None
@@ -101,6 +102,23 @@ class PolicyReads:
         if self._remembers is None:
             self._remembers = any(not self.timed(r.expression, r.message_expression) or self.guard(r.expression) is not None for r in self.policy.filters)
         return self._remembers
+
+    def timed_node_paths(self) -> tuple[Path, ...] | None:
+        """What the filter rules that run on every request (``timed``), their messages and the
+        policy's variables read of the node, as paths; None when one reads the node whole or
+        reads ``nodeInfo``. Within one request (one ``now``, one set of counts) two nodes equal
+        at these paths get the same verdict and message from those rules: a cap per zone asks
+        the counts once per zone, not once per node (``engine.equivalence.filtering``)."""
+        if self._timed_node_paths is False:
+            policy, params = self.policy, (self.policy.params if isinstance(self.policy.params, Mapping) else None)
+            rules = [r for r in policy.filters if self.timed(r.expression, r.message_expression)]
+            expressions = [v.expression for v in policy.variables]
+            expressions += [e for r in rules for e in (r.expression, r.message_expression) if e is not None]
+            paths = frozenset(p for e in expressions for p in node_paths(e.root, params))
+            blind = not any("nodeInfo" in e.program.free_variables for e in expressions)
+            self._timed_node_paths = tuple(sorted(paths)) if blind and () not in paths else None
+        assert self._timed_node_paths is not True
+        return self._timed_node_paths
 
     def reads_node_info(self, verb: str) -> bool:
         """Whether the policy's rules for ``verb`` (filter or score) read ``nodeInfo``,
@@ -203,6 +221,26 @@ def pod_paths(root: ast.Node, params: Mapping[str, Any] | None = None) -> Iterab
         yield from pod_paths(child, params)
 
 
+def node_paths(root: ast.Node, params: Mapping[str, Any] | None = None) -> Iterable[Path]:
+    """Field paths below ``node`` that an expression reads, as ``pod_paths`` gives the pod's
+    (``()``: the node whole). ``counts.inDomain(node, key, ...)`` reads the node's label
+    ``key`` and nothing else of it."""
+    path = _chain(root, "node", params)
+    if path is not None:
+        yield path
+        return
+    if (isinstance(root, ast.Call) and isinstance(root.target, ast.Ident) and root.target.name == "counts"
+            and root.function == "inDomain" and len(root.args) == 3 and _chain(root.args[0], "node", params) == ()):
+        given = root.args[1]
+        # The compiler takes only a literal key (KPE308).
+        yield ("metadata", "labels", given.value) if isinstance(given, ast.Literal) and isinstance(given.value, str) else ()
+        for arg in root.args[1:]:
+            yield from node_paths(arg, params)
+        return
+    for child in ast.children(root):
+        yield from node_paths(child, params)
+
+
 def _declared_reads(node: ast.Node) -> list[tuple[ast.Node, Any]] | None:
     """(argument, declared paths or None) of a call to a namespaced function with a READS entry."""
     if not isinstance(node, ast.Call) or not isinstance(node.target, ast.Ident):
@@ -250,18 +288,19 @@ def _chain(node: ast.Node, variable: str = "pod", params: Mapping[str, Any] | No
     return None
 
 
-def pod_fingerprint(pod: Mapping[str, Any], paths: Sequence[Path]) -> bytes | None:
+def pod_fingerprint(pod: Mapping[str, Any], paths: Sequence[Path], *, kept: bool = True) -> bytes | None:
     """The values at ``paths`` as canonical JSON (None if they are not plain JSON). A path that
     meets a list goes on in each element (``spec.containers.resources``: each container's
     resources, ``[value]`` where it has them and ``[]`` where not, so that absent and null
-    differ)."""
+    differ). Any object's (a node's too); ``kept=False`` for one used only while a request
+    lasts (not copied to its length)."""
     values: list[Any] = []
     for i, path in enumerate(paths):
         value = _at(pod, path, 0)
         if value is not _ABSENT:
             values.append((i, value))
     try:
-        return dumps_kept(values, option=orjson.OPT_SORT_KEYS)  # kept as the memo's key
+        return dumps_kept(values, option=orjson.OPT_SORT_KEYS) if kept else orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
 
@@ -281,3 +320,26 @@ def _at(value: Any, path: Path, start: int) -> Any:
         else:
             return _ABSENT
     return value
+
+
+def node_key(result: int, node: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> Any:
+    """What a node's timed rules read of it, as a key (with its remembered ``result``): the
+    values themselves when all are strings (labels and annotations), walked with ``dict.get``,
+    since a key must cost well under the 6 µs a run of the rules does; else their canonical
+    JSON (None when not plain JSON: no sharing)."""
+    values: list[Any] = [result]
+    for path in paths:
+        value: Any = node
+        for step in path:
+            if type(value) is not dict and not isinstance(value, Mapping):
+                value = _ABSENT
+                break
+            value = value.get(step, _ABSENT)
+            if value is _ABSENT:
+                break
+        values.append(value)
+        if type(value) is not str and value is not _ABSENT:
+            # 1, 1.0 and true are equal keys in Python, not in CEL; JSON tells them apart.
+            print_ = pod_fingerprint(node, paths, kept=False)
+            return (result, print_) if print_ is not None else None
+    return tuple(values)
