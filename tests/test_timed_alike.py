@@ -72,9 +72,9 @@ def pending(app: str) -> dict[str, Any]:
 
 def test_the_rules_run_per_request_read_of_a_node_only_its_paths() -> None:
     reads = {p.name: PolicyReads(p) for p in load_text(POLICIES, file="alike.yaml").policies}
-    assert reads["zone-cap"].timed_node_paths() == (("metadata", "labels", ZONE),)
-    assert reads["windows"].timed_node_paths() == (("metadata", "annotations"), ("metadata", "annotations", "w"))
-    assert reads["audit-late"].timed_node_paths() == (("metadata", "labels", "kind"), ("metadata", "name"))
+    assert reads["zone-cap"].node_paths("timed") == (("metadata", "labels", ZONE),)
+    assert reads["windows"].node_paths("timed") == (("metadata", "annotations"), ("metadata", "annotations", "w"))
+    assert reads["audit-late"].node_paths("timed") == (("metadata", "labels", "kind"), ("metadata", "name"))
 
 
 def test_nodes_alike_share_a_run_of_the_rules_that_read_counts_and_every_answer_is_a_full_evaluation_s() -> None:

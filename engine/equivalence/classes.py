@@ -257,8 +257,8 @@ def namespace_fingerprint(namespace: Any, paths: Sequence[Path]) -> bytes | None
 
 
 def _remembered(table: ClassMemo) -> int:
-    """Node results a table keeps: by name, and by node object (whole nodes)."""
-    return len(table.by_name) + len(table.result_of)
+    """Node results a table keeps: by name, by node object (whole nodes), and by kind of node."""
+    return len(table.by_name) + len(table.result_of) + len(table.alike)
 
 
 # Node results kept across every class's tables before the least recently used go, whatever

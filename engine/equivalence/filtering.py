@@ -304,14 +304,23 @@ def _memoized(
                 guard = reads(scope).guard(rule.expression) if timed[i] else None
                 if guard is not None:
                     guards[i] = scope.caller(guard)
-            memo.bound = (plan, guards)
-        plan, guards = memo.bound
+            memo.bound = (plan, guards, _node_paths(ordered, reads, "filter"))
+        plan, guards, paths = memo.bound
+        # A node like one the class has judged (equal in all its rules read of a node) gets the
+        # same result: a new class evaluates once per kind of node in the cluster.
+        key = node_key(0, node, paths) if paths is not None else None
+        if key is not None:
+            found: Remembered | None = memo.alike.get(key)
+            if found is not None:
+                return found
         # Equal results without events are one object (``memo.shared``): a window's hundreds of
         # passing nodes then read one result, not hundreds scattered over the heap (each a cache
         # miss, measured as most of FilterView.build's time in the real request stream).
         remembered = _remember(plan, timed, guards, enforced, counts, node, info, name, memo.shared)
         if remembered.events:
             memo.eventful = memo.eventful or bool(remembered.replay)
+        elif key is not None:
+            memo.keep_alike(key, remembered)
         return remembered
 
     found = memo.lookup_nodes(nodes, node_info, NO_NODE_INFO, remember, names=names, inline_s=inline_s)
@@ -338,7 +347,7 @@ def _memoized(
         # Nodes alike in what the rules that read now or counts read of a node (their zone, for
         # a cap per zone) get the same verdict from them in this request: run once per kind of
         # node, unless a run had events to report (they name their node).
-        paths = _timed_node_paths(ordered, reads)
+        paths = _node_paths(ordered, reads, "timed")
         alike: dict[tuple[int, bytes], tuple[int, bool, str]] = {}
         for i in sorted(view.timed):
             name = names[i]
@@ -373,11 +382,11 @@ def _memoized(
     return names, passing
 
 
-def _timed_node_paths(ordered: Ordered, reads: Callable[[PolicyScope], PolicyReads]) -> tuple[tuple[str, ...], ...] | None:
-    """What the rules of ``ordered`` that run per request read of a node (``PolicyReads.timed_node_paths``), None if one reads more than paths."""
+def _node_paths(ordered: Ordered, reads: Callable[[PolicyScope], PolicyReads], rules: str) -> tuple[tuple[str, ...], ...] | None:
+    """What the ``rules`` of ``ordered``'s policies read of a node (``PolicyReads.node_paths``), None if one reads more than paths."""
     found: set[tuple[str, ...]] = set()
     for scope in {id(scope): scope for scope, _ in ordered}.values():
-        paths = reads(scope).timed_node_paths()
+        paths = reads(scope).node_paths(rules)
         if paths is None:
             return None
         found.update(paths)

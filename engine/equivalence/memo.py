@@ -116,6 +116,9 @@ class Offload(Exception):
 # interpreter) does not send a cheap class off the event loop, while a slow policy's first
 # measurement, hundreds of times the budget, keeps it off at once.
 COST_KEPT = 0.75
+# Kinds of node a class keeps results for (``ClassMemo.alike``): a cluster's node pools, zones
+# and teams make tens; rules that read each node's name make one a node, as many as ``by_name``.
+ALIKE_KEPT = 256
 
 
 class ClassMemo:
@@ -129,7 +132,7 @@ class ClassMemo:
     positions, so an unchanged cluster costs no Python work per node.
     """
 
-    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "info_blind", "prepared", "asked", "cost", "per_request", "clock",
+    __slots__ = ("node_of", "info_of", "result_of", "by_name", "synced", "snapshot", "bound", "eventful", "shared", "alike", "info_blind", "prepared", "asked", "cost", "per_request", "clock",
                  "pinned", "asked_at")
 
     def __init__(self, *, info_blind: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -153,6 +156,10 @@ class ClassMemo:
         self.eventful = False
         self.shared: dict[Any, Any] = {}  # a verb's equal results, one object each (without events: by position, unresolvable, reason and rules left to run)
         self.pinned: Any = None  # the dra object of the class key (EquivalenceCache.table)
+        # Results without events by what the class's rules read of a node (``node_key``), for rules
+        # that read of a node only paths (``PolicyReads.node_paths``): true of every node alike,
+        # whatever changes, so kept until there are too many kinds (``keep_alike``).
+        self.alike: dict[Any, Any] = {}
         # No rule of the class reads nodeInfo: a node's result outlives changes of its pods, so
         # the bind of a pod (one node's nodeInfo replaced) costs the class no evaluation.
         self.info_blind = info_blind
@@ -169,6 +176,13 @@ class ClassMemo:
         # (engine.equivalence.warming); and the scheduler's request it last answered, by number.
         self.asked = 0
         self.asked_at: int | None = None
+
+    def keep_alike(self, key: Any, result: Any) -> None:
+        """Keep ``result`` for every node like this one (``alike``), forgetting them all past
+        ``ALIKE_KEPT`` kinds (rules that read a node's name or hostname make a kind of each)."""
+        if len(self.alike) >= ALIKE_KEPT:
+            self.alike.clear()
+        self.alike[key] = result
 
     def ask(self, at: int) -> tuple[int, int | None]:
         """Count one more filter answered from the class, the scheduler's request number ``at``:

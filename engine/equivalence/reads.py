@@ -79,7 +79,7 @@ class PolicyReads:
         self._timed: dict[str, bool] = {}
         self._guards: dict[str, Expression | None] = {}
         self._remembers: bool | None = None
-        self._timed_node_paths: tuple[Path, ...] | None | bool = False  # False: not worked out yet
+        self._node_paths: dict[str, tuple[Path, ...] | None] = {}
         match = policy.match.expression
         # What a match expression's outcome is remembered by (None: it reads now, so never).
         self.match_paths: tuple[Path, ...] | None = None
@@ -103,22 +103,44 @@ class PolicyReads:
             self._remembers = any(not self.timed(r.expression, r.message_expression) or self.guard(r.expression) is not None for r in self.policy.filters)
         return self._remembers
 
-    def timed_node_paths(self) -> tuple[Path, ...] | None:
-        """What the filter rules that run on every request (``timed``), their messages and the
-        policy's variables read of the node, as paths; None when one reads the node whole or
-        reads ``nodeInfo``. Within one request (one ``now``, one set of counts) two nodes equal
-        at these paths get the same verdict and message from those rules: a cap per zone asks
-        the counts once per zone, not once per node (``engine.equivalence.filtering``)."""
-        if self._timed_node_paths is False:
+    def node_paths(self, rules: str) -> tuple[Path, ...] | None:
+        """What the policy's ``rules`` read of the node, with the variables they read, as paths:
+        "filter" (what a class remembers: the rules that do not read now or counts, their
+        messages, the others' ``guard``), "score", or "timed" (the filter rules that run on every
+        request, ``timed``, and their messages); None when one reads the node whole or reads
+        ``nodeInfo``.
+        Two nodes equal at these paths get the same results from those rules for one class
+        (for "timed", within one request: one ``now``, one set of counts), so a class new to
+        the cluster, or a cap per zone, evaluates once per kind of node, not once per node
+        (``engine.equivalence.filtering`` and ``scoring``)."""
+        if rules not in self._node_paths:
             policy, params = self.policy, (self.policy.params if isinstance(self.policy.params, Mapping) else None)
-            rules = [r for r in policy.filters if self.timed(r.expression, r.message_expression)]
-            expressions = [v.expression for v in policy.variables]
-            expressions += [e for r in rules for e in (r.expression, r.message_expression) if e is not None]
+            if rules == "score":
+                chosen = [r.expression for r in policy.scores]
+            elif rules == "timed":
+                chosen = [e for r in policy.filters if self.timed(r.expression, r.message_expression) for e in (r.expression, r.message_expression) if e is not None]
+            else:
+                # What a class remembers of a node: the rules that do not read now or counts, their
+                # messages, and the guards of those that do (``_remember`` runs nothing else).
+                chosen = [e for r in policy.filters
+                          for e in ((self.guard(r.expression),) if self.timed(r.expression, r.message_expression) else (r.expression, r.message_expression))
+                          if e is not None]
+            expressions = chosen + self._variables_of(chosen)
             paths = frozenset(p for e in expressions for p in node_paths(e.root, params))
             blind = not any("nodeInfo" in e.program.free_variables for e in expressions)
-            self._timed_node_paths = tuple(sorted(paths)) if blind and () not in paths else None
-        assert self._timed_node_paths is not True
-        return self._timed_node_paths
+            self._node_paths[rules] = tuple(sorted(paths)) if blind and () not in paths else None
+        return self._node_paths[rules]
+
+    def _variables_of(self, expressions: list[Expression]) -> list[Expression]:
+        """The policy's variables ``expressions`` read, directly or through other variables."""
+        found: dict[str, Expression] = {}
+        waiting = [name for e in expressions for name in e.variables]
+        while waiting:
+            name = waiting.pop()
+            if name not in found:
+                found[name] = self.policy.variable(name).expression
+                waiting += found[name].variables
+        return list(found.values())
 
     def reads_node_info(self, verb: str) -> bool:
         """Whether the policy's rules for ``verb`` (filter or score) read ``nodeInfo``,

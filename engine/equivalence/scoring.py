@@ -24,6 +24,7 @@ from engine.decisions.evaluation import PolicyScope
 from engine.decisions.scoring import ScoreRequest, ScoreResult, normalise_columns, score_node
 from engine.equivalence.classes import EquivalenceCache
 from engine.equivalence.memo import ClassMemo, Lookup, Offload, TrackedNodeInfo, afford_all
+from engine.equivalence.reads import node_key
 from engine.policy.model import PolicySet
 
 # What a policy's class remembers per node: the policy's raw score (a scoring policy's: Enforce,
@@ -94,7 +95,7 @@ def score_nodes(
         inline_s = None
     try:
         for scope, table in zip(scoring, tables):
-            found, weighted = _policy_rows(request, scope, table, nodes, node_info, deadline, names, inline_s)
+            found, weighted = _policy_rows(request, scope, table, nodes, node_info, deadline, names, inline_s, memo.reads(scope.policy).node_paths("score"))
             found_names = found.names
             result.unknown = found.unknown
             result.memo_hits += found.hits
@@ -135,10 +136,13 @@ def _policy_rows(
     deadline: Deadline | None,
     names: list[str] | None,
     inline_s: float | None,
+    paths: tuple[tuple[str, ...], ...] | None,
 ) -> tuple[Lookup, bool]:
     """One policy's rows for the nodes, from its class (computed where not remembered), and
     whether the policy is a scoring one (its raw score is the rows' first column; an Audit
-    policy's rules are evaluated for their errors only)."""
+    policy's rules are evaluated for their errors only). With ``paths`` (what its score rules
+    read of a node, ``PolicyReads.node_paths``), a node like one the class has scored without
+    errors gets that node's row (``ClassMemo.alike``)."""
     positions = [i for i, (s, _) in enumerate(request.rules) if s is scope]
     weighted = request.groups[positions[0]] >= 0
     groups = [0 if weighted else -1] * len(positions)
@@ -151,10 +155,18 @@ def _policy_rows(
         # The rules bound to the class's first pod serve the whole class.
         if table.bound is None:
             table.bound = [(s, rule, *s.caller(rule.expression)) for s, rule in (rules[i] for i in positions)]
+        key = node_key(0, node, paths) if paths is not None else None
+        if key is not None:
+            found: Row | None = table.alike.get(key)
+            if found is not None:
+                return found
         outcome = score_node(table.bound, counts, node, info, name, explain=False, groups=groups, policies=1 if weighted else 0)
         if outcome.errors:
             table.eventful = True
-        return (outcome.raw[0], outcome.errors) if weighted else (outcome.errors,)
+        row = (outcome.raw[0], outcome.errors) if weighted else (outcome.errors,)
+        if key is not None and not outcome.errors:
+            table.keep_alike(key, row)
+        return row
 
     try:
         found = table.lookup_nodes(nodes, node_info, NO_NODE_INFO, scored, names=names, inline_s=inline_s)
