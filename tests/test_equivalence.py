@@ -266,6 +266,17 @@ class CachedNodes:
         del self.states[name], self.info[name]
         self.info.replaced(name)
 
+    def bind(self, pod: dict[str, Any], name: str, bound: list[dict[str, Any]], index: Any = None) -> None:
+        """``pod`` placed on node ``name`` and running: added to ``bound``, the node's nodeInfo
+        replaced, and the pod counted in ``index`` (a CountIndex) when given."""
+        pod["spec"]["nodeName"] = name
+        pod["status"] = {"phase": "Running"}
+        bound.append(pod)
+        state = self.states[name]
+        self.put(state.node, node_info_map([state.node], bound)[name])
+        if index is not None:
+            index.set_pod(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", pod)
+
     def by_name(self, names: list[str]) -> NodesByName:
         return NodesByName(names, self.states)
 

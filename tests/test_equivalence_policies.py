@@ -13,7 +13,6 @@ from typing import Any
 
 from engine.cel.types.counts import Counts
 from engine.cluster.counts import CountIndex
-from engine.cluster.nodeinfo import node_info_map
 from engine.decisions.filtering import filter_nodes as plain_filter
 from engine.decisions.scoring import score_nodes as plain_score
 from engine.equivalence.classes import EquivalenceCache
@@ -71,12 +70,7 @@ def test_pods_that_differ_share_each_policy_s_results_and_every_answer_is_a_full
             placed = heterogeneous.pod(1000 + step, 0)
             name = rng.choice(names)
             placed["metadata"]["uid"] = f"uid-{step}"
-            placed["spec"]["nodeName"] = name
-            placed["status"] = {"phase": "Running"}
-            bound.append(placed)
-            state = cached.states[name]
-            cached.put(state.node, node_info_map([state.node], bound)[name])
-            index.set_pod(f"{placed['metadata']['namespace']}/{placed['metadata']['name']}", placed)
+            cached.bind(placed, name, bound, index)
         elif change == "node":
             state = cached.states[rng.choice(names)]
             node = copy.deepcopy(state.node)

@@ -11,7 +11,6 @@ from typing import Any
 
 from engine.cel.types.counts import Counts
 from engine.cluster.counts import CountIndex
-from engine.cluster.nodeinfo import node_info_map
 from engine.decisions.filtering import filter_nodes as plain_filter
 from engine.equivalence.classes import EquivalenceCache
 from engine.equivalence.filtering import filter_nodes
@@ -94,12 +93,7 @@ def test_nodes_alike_share_a_run_of_the_rules_that_read_counts_and_every_answer_
         if change == "bind":
             name = rng.choice(names)
             placed = {**pending(app), "metadata": {**pending(app)["metadata"], "name": f"{app}-{step}", "uid": f"uid-{step}"}}
-            placed["spec"] = {"nodeName": name, "containers": [{"name": "c"}]}
-            placed["status"] = {"phase": "Running"}
-            bound.append(placed)
-            state = cached.states[name]
-            cached.put(state.node, node_info_map([state.node], bound)[name])
-            index.set_pod(f"shop/{app}-{step}", placed)
+            cached.bind(placed, name, bound, index)
         elif change == "relabel":
             state = cached.states[rng.choice(names)]
             moved = copy.deepcopy(state.node)
