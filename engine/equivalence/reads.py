@@ -345,10 +345,11 @@ def _at(value: Any, path: Path, start: int) -> Any:
 
 
 def node_key(result: int, node: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> Any:
-    """What a node's timed rules read of it, as a key (with its remembered ``result``): the
-    values themselves when all are strings (labels and annotations), walked with ``dict.get``,
-    since a key must cost well under the 6 µs a run of the rules does; else their canonical
-    JSON (None when not plain JSON: no sharing)."""
+    """What rules read of ``node`` at ``paths`` (``PolicyReads.node_paths``), as a key, with
+    ``result`` (what else the key must tell apart): the values themselves when all are strings
+    (labels and annotations), walked with ``dict.get``, since a key must cost well under the
+    6 µs a run of the rules does; else their canonical JSON (None when not plain JSON: no
+    sharing)."""
     values: list[Any] = [result]
     for path in paths:
         value: Any = node

@@ -166,7 +166,8 @@ class ClusterCache:
         finds without comparing characters. Not ``sys.intern``: with every cached string
         interned and pods coming and going, the interpreter's table of them is large and
         full of freed slots; interning a window of 420 names measured 335 µs in a serving
-        kpe against 35 µs from this table (``bench/replay_bench.py``, heterogeneous shape)."""
+        kpe against 137 µs from this table (timed in process over 400 filters of
+        ``bench/replay_bench.py``'s heterogeneous shape)."""
         return list(map(self._names.get, names, names))
 
     def nodes_named(self, names: list[str]) -> list[Obj | None]:
