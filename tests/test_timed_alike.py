@@ -76,6 +76,29 @@ def test_the_rules_run_per_request_read_of_a_node_only_its_paths() -> None:
     assert reads["audit-late"].node_paths("timed") == (("metadata", "labels", "kind"), ("metadata", "name"))
 
 
+WHOLE = """
+apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: mixed}
+spec:
+  variables:
+  - {name: pool, expression: "node.metadata.?labels[?'pool'].orValue('')"}
+  - {name: free, expression: "kube.nodeFree(node, nodeInfo, 'cpu')"}
+  filters:
+  - {name: pool, expression: "variables.pool != 'gpu'", messageExpression: "'pool ' + variables.pool + ' of ' + node.metadata.name"}
+  scores:
+  - {name: roomy, expression: "variables.free.isGreaterThan(quantity('1')) ? 100 : 0"}
+"""
+
+
+def test_a_class_shares_results_by_what_its_rules_read_and_not_where_one_reads_the_node_whole_or_its_pods() -> None:
+    reads = PolicyReads(load_text(WHOLE, file="mixed.yaml").policies[0])
+    # The filter reads the pool label (through a variable) and, in its message, the name: each node a kind.
+    assert reads.node_paths("filter") == (("metadata", "labels", "pool"), ("metadata", "name"))
+    # The score reads nodeInfo and passes the node whole: never shared.
+    assert reads.node_paths("score") is None
+
+
 def test_nodes_alike_share_a_run_of_the_rules_that_read_counts_and_every_answer_is_a_full_evaluation_s() -> None:
     rng = random.Random(11)
     policies = load_text(POLICIES, file="alike.yaml")
