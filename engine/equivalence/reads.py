@@ -331,25 +331,26 @@ _ABSENT: Any = object()
 
 
 def _at(value: Any, path: Path, start: int) -> Any:
-    for k in range(start, len(path)):
-        if isinstance(value, Mapping):
-            name = path[k]
-            if name not in value:
+    k = start
+    for name in path[start:] if start else path:  # by name, without indexing: every class key walks here
+        if type(value) is dict or isinstance(value, Mapping):  # a dict without the ABC check
+            value = value.get(name, _ABSENT)
+            if value is _ABSENT:
                 return _ABSENT
-            value = value[name]
         elif type(value) is list and k > 0:
             return [[] if (found := _at(item, path, k)) is _ABSENT else [found] for item in value]
         else:
             return _ABSENT
+        k += 1
     return value
 
 
 def node_key(result: int, node: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> Any:
     """What rules read of ``node`` at ``paths`` (``PolicyReads.node_paths``), as a key, with
     ``result`` (what else the key must tell apart): the values themselves when all are strings
-    (labels and annotations), walked with ``dict.get``, since a key must cost well under the
-    6 µs a run of the rules does; else their canonical JSON (None when not plain JSON: no
-    sharing)."""
+    (labels and annotations), walked here rather than by ``_at`` (0.4 µs a node against 1.0
+    through it: a key must cost well under the 6 µs a run of the rules does); else their
+    canonical JSON (None when not plain JSON: no sharing)."""
     values: list[Any] = [result]
     for path in paths:
         value: Any = node
