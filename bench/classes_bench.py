@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -36,14 +35,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def _heterogeneous() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_heterogeneous", ROOT / "bench" / "heterogeneous.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import heterogeneous  # noqa: E402
 
 
 def child(tree: Path, nodes: int, window: int, pods: int) -> dict[str, Any]:
@@ -58,7 +52,6 @@ def child(tree: Path, nodes: int, window: int, pods: int) -> dict[str, Any]:
     from engine.equivalence.scoring import score_nodes
     from engine.policy.loader import load
 
-    heterogeneous = _heterogeneous()
     policies = load([tree / "policies"])
     cluster = []
     for i in range(nodes):

@@ -348,7 +348,7 @@ def _memoized(
         # a cap per zone) get the same verdict from them in this request: run once per kind of
         # node, unless a run had events to report (they name their node).
         paths = _node_paths(ordered, reads, "timed")
-        alike: dict[tuple[int, bytes], tuple[int, bool, str]] = {}
+        alike: dict[Any, tuple[int, bool, str]] = {}  # node_key -> what _run_timed decided
         for i in sorted(view.timed):
             name = names[i]
             r = results[i]
