@@ -110,3 +110,32 @@ def test_the_domains_of_nodes_in_flight_are_the_nodes_own_label_maps() -> None:
     domains = index.domains_of(frozenset({"a1", "a2", "b1"}))
     assert sorted(d[zone] for d in domains) == ["a", "b"]
     assert all(any(d is index.labels_of(n) for n in ("a1", "a2", "b1")) for d in domains)
+
+
+def test_the_replicas_of_an_app_count_as_one_kept_tuple() -> None:
+    """20,000 lean pods held 5 MiB of equal tuples in the counts before they were shared."""
+    zone = "topology.kubernetes.io/zone"
+    index = CountIndex(CountSpecs(frozenset({(("app", "kpe.dev/namespace"), zone), (("team",), "kubernetes.io/hostname")}), frozenset({("team",)})))
+    for n in range(100):
+        index.set_node(f"n{n}", {"metadata": {"name": f"n{n}", "labels": {zone: f"z{n % 5}"}}})
+    pods = [{"metadata": {"uid": f"uid-{i:06d}", "namespace": f"team-{i % 30}", "labels": {"app": f"app-{i % 90}", "team": f"team-{i % 30}"}},
+             "spec": {"nodeName": f"n{i % 100}"}, "status": {"phase": "Running"}} for i in range(3000)]
+    keys = [p["metadata"]["uid"] for p in pods]
+
+    def count_all() -> CountIndex:
+        for key, pod in zip(keys, pods):
+            index.set_pod(key, pod)
+        return index
+
+    grown, _ = grown_by(count_all)
+    assert index.cluster((("team",), ("team-3",))) == 100
+    # A pod's own entry (its key in the table and on its node) is about 100 bytes; the tuples it
+    # counts as were 250 more each.
+    assert grown < 3000 * 170, f"{grown:,} bytes for 3,000 pods of 90 apps"
+    for key in keys[:1500]:
+        index.set_pod(key, None)
+    assert index.cluster((("team",), ("team-3",))) == 50
+    assert len(index._kinds) == 90  # kinds no pod holds any more are let go
+    for key in keys[1500:]:
+        index.set_pod(key, None)
+    assert not index._kinds and not index._on_node
