@@ -138,6 +138,19 @@ def test_many_decoded_pods_share_their_repeated_strings() -> None:
     assert len({id(p["spec"]["containers"][0]["image"]) for p in pods}) == len({p["spec"]["containers"][0]["image"] for p in pods})
 
 
+def test_a_bound_pods_own_name_uid_and_resource_version_are_not_interned() -> None:
+    """No other object repeats them: interned, 20,000 pods grew the interpreter's table of
+    interned strings by 3.7 MiB. Nodes' names are interned still (pods name them)."""
+    raw = cluster.realistic_pod(5, "node-x")
+    raw["metadata"]["uid"], raw["metadata"]["resourceVersion"] = "uid-a8f3-4f51-9d02-trim-test", "91823741"
+    bound, node = trim(orjson.loads(orjson.dumps(raw))), trim(orjson.loads(orjson.dumps(cluster.nodes(1)[0])))
+    meta = bound["metadata"]
+    for field in ("name", "uid", "resourceVersion"):
+        assert sys.intern("".join(meta[field])) is not meta[field], field
+    assert sys.intern("".join(meta["namespace"])) is meta["namespace"]
+    assert sys.intern("".join(node["metadata"]["name"])) is node["metadata"]["name"]
+
+
 @functools.cache
 def shipped_projection() -> Projection:
     from engine.policy.loader import load
