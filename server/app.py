@@ -11,7 +11,7 @@ import asyncio
 import gc
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -78,14 +78,38 @@ class RequestIdMiddleware:
             request_id.reset(token)
 
 
-async def freeze_after_sync(cache: Any) -> None:
+async def freeze_after_sync(cache: Any, stop: asyncio.Event, *, every_s: float = 60.0, release: Callable[[int], Any] | None = None) -> None:
     """Once the first list is in, move everything alive to the collector's permanent
     generation: a 5,000-node, 15,000-pod cache is about half a million objects, and a
     full collection walking them measured 223 ms, a stall inside a scheduler request.
-    Objects still go when their last reference does; only cycle detection skips them."""
+    Objects still go when their last reference does; only cycle detection skips them.
+
+    Then give the C heap's free pages back to the system, after the sync and every
+    ``every_s`` from then on: glibc keeps what the first list's pages and a burst's
+    requests freed (4 of 107 MiB after a sync of 20,000 lean pods), and under a
+    container's memory limit pages kept and unused count as used. ``release``: instead of
+    ``malloc_trim``."""
     await cache.synced.wait()
     gc.collect()
     gc.freeze()
+    release = release or _heap_release()
+    while release is not None:
+        release(0)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)
+        if stop.is_set():
+            return
+
+
+def _heap_release() -> Any:
+    """glibc's ``malloc_trim`` (a fraction of a millisecond), or None where the C library has
+    none (musl): there the heap is left as the allocator keeps it."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 async def serve_cluster_policies(state: ServerState, stop: asyncio.Event) -> list[asyncio.Task[Any]]:
@@ -257,7 +281,7 @@ def create_app(settings: Settings, *, store: PolicyStore | None = None, client: 
                 on_event=requeue.pod_event if requeue is not None else None,  # a placeholder bound: its owners are retried
             )
             tasks.append(asyncio.create_task(state.cache.run(stop), name="cluster-cache"))
-            tasks.append(asyncio.create_task(freeze_after_sync(state.cache), name="gc-freeze"))
+            tasks.append(asyncio.create_task(freeze_after_sync(state.cache, stop), name="gc-freeze"))
             if settings.warm_classes and settings.equivalence_classes > 0:
                 state.warming = Warming()
                 state.cache.exemplars = Exemplars(limit=state.warming.recent)

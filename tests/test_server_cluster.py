@@ -137,6 +137,37 @@ def test_bind_to_a_node_that_does_not_exist_is_refused_with_an_error_naming_the_
     assert not api.state.get_pod("demo", "orphan")["spec"].get("nodeName")
 
 
+def test_after_the_first_sync_and_every_period_after_the_heaps_free_pages_go_back_to_the_system() -> None:
+    import asyncio
+    import gc
+    from types import SimpleNamespace
+
+    from server.app import freeze_after_sync
+
+    calls: list[int] = []
+
+    async def body() -> None:
+        synced, stop = asyncio.Event(), asyncio.Event()
+
+        def release(pad: int) -> int:
+            calls.append(pad)
+            if len(calls) == 3:
+                stop.set()
+            return 1
+
+        task = asyncio.create_task(freeze_after_sync(SimpleNamespace(synced=synced), stop, every_s=0, release=release))
+        await asyncio.sleep(0)
+        assert calls == []  # not before the first list is in
+        synced.set()
+        await asyncio.wait_for(task, 10)
+
+    try:
+        asyncio.run(body())
+    finally:
+        gc.unfreeze()
+    assert calls == [0, 0, 0]  # then once a period, until kpe stops
+
+
 def test_after_the_first_sync_the_cached_objects_are_out_of_the_collectors_way(tmp_path: Path) -> None:
     import gc
 
