@@ -404,3 +404,17 @@ def test_a_response_written_in_pieces_within_one_step_leaves_as_one_write() -> N
         assert transport.get_extra_info("peername") == "extra peername"
 
     asyncio.run(scenario())
+
+
+def test_no_listener_loads_a_websocket_implementation_kpe_never_serves() -> None:
+    from server.http.listeners import config
+
+    settings = Settings(policies=str(POLICIES), cluster="off", port=0)
+    [listener] = plan(settings)
+    loaded = config(create_app(settings), settings, listener, lifespan=False)
+    loaded.load()
+    assert loaded.ws_protocol_class is None
+    with running(create_app(settings), settings) as urls:
+        upgrade = httpx.get(urls["health"] + "/healthz", headers={"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                                                                  "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+        assert upgrade.status_code == 200 and upgrade.text == "ok"  # served as plain HTTP
