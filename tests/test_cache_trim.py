@@ -138,17 +138,26 @@ def test_many_decoded_pods_share_their_repeated_strings() -> None:
     assert len({id(p["spec"]["containers"][0]["image"]) for p in pods}) == len({p["spec"]["containers"][0]["image"] for p in pods})
 
 
-def test_a_bound_pods_own_name_uid_and_resource_version_are_not_interned() -> None:
+def test_uids_resource_versions_and_a_bound_pods_name_are_not_interned() -> None:
     """No other object repeats them: interned, 20,000 pods grew the interpreter's table of
-    interned strings by 3.7 MiB. Nodes' names are interned still (pods name them)."""
+    interned strings by 3.7 MiB. Nodes' and pending pods' names are interned still."""
     raw = cluster.realistic_pod(5, "node-x")
     raw["metadata"]["uid"], raw["metadata"]["resourceVersion"] = "uid-a8f3-4f51-9d02-trim-test", "91823741"
-    bound, node = trim(orjson.loads(orjson.dumps(raw))), trim(orjson.loads(orjson.dumps(cluster.nodes(1)[0])))
+    bound = trim(orjson.loads(orjson.dumps(raw)))
+    raw["spec"]["nodeName"] = ""
+    pending = trim(orjson.loads(orjson.dumps(raw)))
+    raw_node = cluster.nodes(1)[0]
+    raw_node["metadata"]["uid"] = "uid-77c1-node-trim-test"
+    node = trim(orjson.loads(orjson.dumps(raw_node)))
+
+    def interned(value: str) -> bool:
+        return sys.intern("".join(value)) is value
+
     meta = bound["metadata"]
-    for field in ("name", "uid", "resourceVersion"):
-        assert sys.intern("".join(meta[field])) is not meta[field], field
-    assert sys.intern("".join(meta["namespace"])) is meta["namespace"]
-    assert sys.intern("".join(node["metadata"]["name"])) is node["metadata"]["name"]
+    assert [field for field in ("name", "uid", "resourceVersion") if interned(meta[field])] == []
+    assert interned(meta["namespace"]) and interned(bound["spec"]["nodeName"])
+    assert interned(pending["metadata"]["name"]) and not interned(pending["metadata"]["uid"])
+    assert interned(node["metadata"]["name"]) and not interned(node["metadata"]["uid"])
 
 
 @functools.cache

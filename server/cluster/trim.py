@@ -3,7 +3,7 @@
 Every object is trimmed as it enters (``trim``, page by page while listing, so
 a first list never holds the untrimmed cluster): ``metadata.managedFields`` is
 dropped, as kube-scheduler drops it, and every string value is interned (but
-a bound pod's own name, UID and resourceVersion, which no other object repeats), so
+UIDs, resourceVersions and a bound pod's name, which no other object repeats), so
 the label values, namespaces, node and image names, timestamps and the like
 that thousands of pods repeat are one object each.
 
@@ -76,7 +76,7 @@ def trim(obj: Obj, projection: Projection = EVERYTHING) -> Obj:
     server's field ownership bookkeeping, for server-side apply: nothing in kpe reads it,
     and kube-scheduler drops it from its own cache), a pod bound to a node and not gated
     cut to ``projection`` (a new object; see the module docstring), and string values
-    interned (a bound pod's own name, UID and resourceVersion excepted), so equal values
+    interned (UIDs, resourceVersions and a bound pod's name excepted), so equal values
     across objects are one object. Nothing a decision reads
     changes. Returns the object kept: ``obj`` itself, changed in place, unless projected."""
     if type(obj) is not dict:
@@ -110,11 +110,12 @@ _intern = sys.intern
 PARTS = 2
 NOT_SHARED = -1
 
-# A bound pod's own strings (in its metadata, its spec and its status: the dicts one level down):
-# no other pod has them, so interning them only grew the interpreter's table of interned
-# strings, by 60,000 entries (2 MiB) for 20,000 pods.
-_OWN = frozenset({"name", "uid", "resourceVersion"})
-_NONE: frozenset[str] = frozenset()
+# Strings no other object repeats, so interning them only grows the interpreter's table of
+# interned strings (60,000 entries, 2 MiB, for 20,000 bound pods): an object's UID and
+# resourceVersion wherever they are, and a bound pod's name (its metadata is one of the dicts
+# one level down); a node's name stays interned (every pod on it names it).
+_IDS = frozenset({"uid", "resourceVersion"})
+_OWN = _IDS | {"name"}
 
 # Equal parts of bound pods, one object each: a key (the part's JSON) to the part kept.
 _SHARED: dict[bytes, Any] = {}
@@ -137,7 +138,7 @@ def _interned(value: Any, share: int) -> Any:
     cached pod ever is. One walk does both: it runs on every watch event."""
     below = share - 1 if share > 0 else share
     if type(value) is dict:
-        own = _OWN if share == 1 else _NONE
+        own = _OWN if share == 1 else _IDS
         for key, item in value.items():
             kind = type(item)
             if kind is str:
