@@ -187,6 +187,19 @@ def test_bound_replicas_share_their_equal_parts_and_keep_their_names_their_own()
     assert a["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
 
 
+def test_bound_pods_with_equal_statuses_share_one_and_a_status_of_its_own_stays_its_own() -> None:
+    """Pods a scheduler bound that no kubelet runs yet, and pods started in the same second,
+    keep equal statuses: one object, not two dicts a pod."""
+    a, b = projected(0, "node-0"), projected(1, "node-1")
+    assert a["status"] == b["status"] and a["status"] is b["status"]
+    raw = cluster.realistic_pod(0, "node-2")
+    raw["metadata"]["uid"] = "uid-started-later"
+    raw["status"]["startTime"] = "2026-11-30T10:00:00Z"
+    later = trim(orjson.loads(orjson.dumps(raw)), shipped_projection())
+    assert later["status"] is not a["status"] and later["status"]["startTime"] == "2026-11-30T10:00:00Z"
+    assert later["status"]["conditions"] is a["status"]["conditions"]
+
+
 def test_a_bound_pod_with_a_part_of_its_own_shares_the_rest() -> None:
     a, b = projected(0, "node-0"), projected(1, "node-0", team="another")
     assert a["metadata"]["labels"] is not b["metadata"]["labels"] and b["metadata"]["labels"]["team"] == "another"

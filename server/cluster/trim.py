@@ -92,6 +92,11 @@ def trim(obj: Obj, projection: Projection = EVERYTHING) -> Obj:
     # most; an object deeper than the interpreter's stack is only left partly interned.
     with contextlib.suppress(RecursionError):
         _interned(obj, PARTS if bound else NOT_SHARED)
+        status = obj.get("status")
+        if bound and type(status) is dict:
+            # Shared whole too: the pods a scheduler bound and no kubelet runs yet, and pods
+            # started in the same second, keep equal statuses (two dicts a pod otherwise).
+            obj["status"] = _shared(status)
     return obj
 
 
@@ -106,7 +111,8 @@ def is_projected(pod: Obj) -> bool:
 _intern = sys.intern
 
 # ``_interned``'s ``share``: where equal parts become one object. A bound pod shares what lies
-# inside its ``metadata``, ``spec`` and ``status`` (two levels down), never those or itself.
+# inside its ``metadata``, ``spec`` and ``status`` (two levels down), and its ``status`` whole
+# (``trim``); never its ``metadata`` or ``spec`` (its name, its node) or itself.
 PARTS = 2
 NOT_SHARED = -1
 
@@ -153,8 +159,11 @@ def _interned(value: Any, share: int) -> Any:
                 value[index] = _intern(item)
             elif kind is dict or kind is list:
                 value[index] = _interned(item, below)
-    if share != 0:
-        return value
+    return value if share != 0 else _shared(value)
+
+
+def _shared(value: Any) -> Any:
+    """The equal part kept before, or ``value``, kept from now on (its children shared first)."""
     try:
         key = dumps_kept(value)  # equal JSON, keys in the same order: equal parts
     except orjson.JSONEncodeError:  # an integer beyond 64 bits: kept as it is
