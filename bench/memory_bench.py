@@ -24,7 +24,8 @@ way on the same cluster (before and after a change).
 ``--schedule N`` measures the other way too: kpe and a kube-scheduler that calls it (node
 names) run beside each other on the same objects, and N more pods (heterogeneous.py's:
 34 namespaces, about 110 apps, requests drawn per pod) are created pending and scheduled
-through kpe; then both are measured again. What kpe keeps from scheduling counts there (the
+through kpe; then both are measured again (each ``--also-source`` tree too, in turn, with a
+kube-scheduler of its own; the pods one scheduled are deleted before the next). What kpe keeps from scheduling counts there (the
 equivalence classes, the decision log, pods in flight, the namespaces and counts the shipped
 policies turn on), and kube-scheduler holds the pods it placed. With it the nodes are
 heterogeneous.py's too, so those pods fit. ``--lean-pods``: the bound pods as a script makes
@@ -199,7 +200,11 @@ def main() -> int:
         sched_sync = time.monotonic() - t0
         sched_rss = settle(scheduler.popen.pid, args.settle)
         scheduler.stop()
-        beside = scheduled(plane, workdir, args) if args.schedule else None
+        # Each tree beside its own kube-scheduler, in turn, on the same cluster: the pods one
+        # scheduled are deleted before the next starts.
+        besides = [(label, scheduled(plane, workdir, args, source=source, round_=r))
+                   for r, (label, source) in enumerate([("kpe", None)] + [(f"kpe ({Path(d).name})", Path(d)) for d in args.also_source])
+                   ] if args.schedule else []
 
     print()
     print(f"real kube-apiserver ({plane.binaries.version}), {args.nodes:,} nodes, {args.pods:,} bound pods "
@@ -215,17 +220,16 @@ def main() -> int:
     for label, kpe_sync, kpe_rss in kpes:
         print(f"| {label} / kube-scheduler | {kpe_sync / sched_sync:.1f}x | {kpe_rss['VmRSS'] / sched_rss['VmRSS']:.2f}x | "
               f"{kpe_rss['VmHWM'] / sched_rss['VmHWM']:.2f}x | {base['kpe']['VmRSS'] / base['kube-scheduler']['VmRSS']:.2f}x | |")
-    if beside is not None:
-        kpe_after, sched_after, bound, seconds = beside
+    if besides:
         print()
         print(f"Beside each other: kpe and a kube-scheduler calling it (node names), then {args.schedule:,} heterogeneous pods created "
-              f"pending; {bound:,} bound through kpe in {seconds:.0f} s (the rest fit no node)")
+              f"pending and scheduled through kpe (those that fit no node stay pending); each tree in turn, with a kube-scheduler of its own")
         print()
-        print("| process | VmRSS | VmHWM |")
-        print("| --- | --- | --- |")
-        print(f"| kube-scheduler | {mib(sched_after['VmRSS'])} | {mib(sched_after['VmHWM'])} |")
-        print(f"| kpe | {mib(kpe_after['VmRSS'])} | {mib(kpe_after['VmHWM'])} |")
-        print(f"| kpe / kube-scheduler | {kpe_after['VmRSS'] / sched_after['VmRSS']:.2f}x | {kpe_after['VmHWM'] / sched_after['VmHWM']:.2f}x |")
+        print("| kpe | pods bound | seconds | kube-scheduler VmRSS | kpe VmRSS | kpe VmHWM | kpe / kube-scheduler (VmRSS) |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for label, (kpe_after, sched_after, bound, seconds) in besides:
+            print(f"| {label} | {bound:,} | {seconds:.0f} | {mib(sched_after['VmRSS'])} | {mib(kpe_after['VmRSS'])} | {mib(kpe_after['VmHWM'])} | "
+                  f"{kpe_after['VmRSS'] / sched_after['VmRSS']:.2f}x |")
     print()
     print(f"kpe on the nodes alone synced in {kpe_sync0:.1f} s; total {time.monotonic() - started:.0f} s")
     return 0
@@ -239,13 +243,15 @@ def lean_body(i: int, node: str) -> dict[str, Any]:
             "spec": {"nodeName": node, "containers": [container]}}
 
 
-def scheduled(plane: Any, workdir: Path, args: argparse.Namespace) -> tuple[dict[str, int], dict[str, int], int, float]:
-    """kpe and a kube-scheduler calling it, ``args.schedule`` pending pods scheduled through kpe; the RSS of
-    each after, the pods bound and the seconds it took."""
-    kpe, _ = rc.start_kpe(plane, workdir, name="kpe-beside")
-    scheduler = rc.start_scheduler(rc.scheduler_config(plane, kpe.url + "/scheduler"), workdir, name="kube-scheduler-beside")
+def scheduled(plane: Any, workdir: Path, args: argparse.Namespace, *, source: Path | None = None,
+              round_: int = 0) -> tuple[dict[str, int], dict[str, int], int, float]:
+    """kpe (of ``source``, or this tree) and a kube-scheduler calling it, ``args.schedule`` pending pods
+    scheduled through kpe; the RSS of each after, the pods bound and the seconds it took. The pods are
+    deleted once both are measured, so the next tree starts from the same cluster."""
+    kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-beside-{round_}", source=source)
+    scheduler = rc.start_scheduler(rc.scheduler_config(plane, kpe.url + "/scheduler"), workdir, name=f"kube-scheduler-beside-{round_}")
+    pods = [heterogeneous.pod(i, round_) for i in range(args.schedule)]
     try:
-        pods = [heterogeneous.pod(i, 0) for i in range(args.schedule)]
         t0 = time.monotonic()
         rc.run_many(plane, [("POST", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p) for p in pods], args.concurrency)
         wanted = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods}
@@ -269,6 +275,8 @@ def scheduled(plane: Any, workdir: Path, args: argparse.Namespace) -> tuple[dict
     finally:
         scheduler.stop()
         kpe.stop()
+        rc.run_many(plane, [("DELETE", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods/{p['metadata']['name']}?gracePeriodSeconds=0", None)
+                            for p in pods], args.concurrency)
 
 
 if __name__ == "__main__":
