@@ -11,7 +11,8 @@ kube-scheduler sees an update of an unschedulable pod that an extender
 rejected, and retries it once its backoff (1 to 10 s) has passed.
 
 Only pods are touched, never nodes, and only pods this replica rejected; the
-memory is bounded (the oldest entries go first). A pod rejected again under
+memory is bounded (the oldest entries go first, and a pod is forgotten once the
+cache sees it bound or deleted). A pod rejected again under
 the new set is remembered again by the filter verb itself.
 
 A change of a Namespace's labels or annotations (``server.cluster.namespaces``, watched while
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kpe.requeue")
 ANNOTATION = "kpe.dev/requeue"
-REMEMBERED = 10_000  # pods; about 200 bytes each
+REMEMBERED = 10_000  # pods; about 500 bytes each, forgotten once seen bound or deleted
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +78,19 @@ class Requeuer:
             self._prompt.set()
 
     def pod_event(self, kind: str, event_type: str, pod: Mapping[str, Any]) -> None:
-        """The cache's ``on_event`` (on the event loop): a reservation's placeholder seen bound
-        for the first time prompts a retry of the pods its reservation's rule rejected."""
-        if kind != "pod" or not (reservation := reservation_of(pod)):
+        """The cache's ``on_event`` (on the event loop): a pod seen bound or deleted has nothing
+        left to retry and is forgotten; a reservation's placeholder seen bound for the first time
+        prompts a retry of the pods its reservation's rule rejected."""
+        if kind != "pod":
             return
         meta = pod.get("metadata") or {}
+        gone = event_type == "DELETED" or bool(meta.get("deletionTimestamp")) or bool((pod.get("spec") or {}).get("nodeName"))
+        if gone and self.rejected:
+            # Nearly every pod has some node rejected on its way to being bound: kept until the
+            # oldest went first, 10,000 such pods took about 5 MiB for nothing to retry.
+            self.forget(pod)
+        if not (reservation := reservation_of(pod)):
+            return
         uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
         if event_type == "DELETED" or meta.get("deletionTimestamp") or not (pod.get("spec") or {}).get("nodeName"):
             self.bound_placeholders.discard(uid)
@@ -109,7 +118,8 @@ class Requeuer:
             self.rejected.popitem(last=False)
 
     def forget(self, pod: Mapping[str, Any]) -> None:
-        """Called by the filter verb when every node passed: nothing to retry for this pod."""
+        """Called by the filter verb when every node passed, and for a pod seen bound or deleted:
+        nothing to retry for this pod."""
         meta = pod.get("metadata")
         if isinstance(meta, Mapping):
             self.rejected.pop(str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name')}"), None)
