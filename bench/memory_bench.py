@@ -19,7 +19,9 @@ policies, plain HTTP, ``--cluster on``: its initial sync time is from its start
 to /readyz), then kube-scheduler alone (no extender, leader election off; until
 its /readyz). After each has synced and settled 5 s, VmRSS and VmHWM come from
 /proc/PID/status. ``--also-source DIR`` measures another kpe source tree the same
-way on the same cluster (before and after a change).
+way on the same cluster (before and after a change). Every kpe runs on a Python with kpe's
+runtime dependencies only, as its image has them (``--test-venv``: on this one instead, whose
+test extras kpe's dependencies import when present: ``realcluster.runtime_python``).
 
 ``--schedule N`` measures the other way too: kpe and a kube-scheduler that calls it (node
 names) run beside each other on the same objects, and N more pods (heterogeneous.py's:
@@ -154,6 +156,8 @@ def main() -> int:
                          "commit from `git archive COMMIT | tar -x -C DIR`; repeatable")
     ap.add_argument("--schedule", type=int, default=0, metavar="N",
                     help="then kpe and a kube-scheduler calling it side by side, N more (heterogeneous) pods scheduled through kpe, and both measured again")
+    ap.add_argument("--test-venv", action="store_true",
+                    help="run kpe on this Python, test extras and all, instead of one with kpe's runtime dependencies only (realcluster.runtime_python)")
     ap.add_argument("--lean-pods", action="store_true", help="bound pods with only labels and a container's requests (no status, env, volumes)")
     args = ap.parse_args()
     rc.skip_without_binaries()
@@ -166,7 +170,7 @@ def main() -> int:
         print(f"control plane up; {args.nodes:,} nodes created in {t_nodes:.1f} s", flush=True)
 
         # Baseline: the nodes alone.
-        kpe, kpe_sync0 = rc.start_kpe(plane, workdir, name="kpe-baseline")
+        kpe, kpe_sync0 = rc.start_kpe(plane, workdir, name="kpe-baseline", runtime=not args.test_venv)
         scheduler = rc.start_scheduler(rc.scheduler_config(plane, None), workdir, name="kube-scheduler-baseline")
         base = {"kpe": settle(kpe.process.popen.pid, args.settle), "kube-scheduler": settle(scheduler.popen.pid, 1)}
         kpe.stop()
@@ -189,7 +193,7 @@ def main() -> int:
         # kpe (and any --also-source) alone, then kube-scheduler alone: each one's sync is its own.
         kpes: list[tuple[str, float, dict[str, int]]] = []
         for label, source in [("kpe", None)] + [(f"kpe ({Path(d).name})", Path(d)) for d in args.also_source]:
-            kpe, sync = rc.start_kpe(plane, workdir, name=label.replace(" ", "_").strip("()"), source=source)
+            kpe, sync = rc.start_kpe(plane, workdir, name=label.replace(" ", "_").strip("()"), source=source, runtime=not args.test_venv)
             print(f"{label} synced in {sync:.1f} s", flush=True)
             kpes.append((label, sync, settle(kpe.process.popen.pid, args.settle)))
             m = rc.metrics(kpe.url)
@@ -248,7 +252,7 @@ def scheduled(plane: Any, workdir: Path, args: argparse.Namespace, *, source: Pa
     """kpe (of ``source``, or this tree) and a kube-scheduler calling it, ``args.schedule`` pending pods
     scheduled through kpe; the RSS of each after, the pods bound and the seconds it took. The pods are
     deleted once both are measured, so the next tree starts from the same cluster."""
-    kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-beside-{round_}", source=source)
+    kpe, _ = rc.start_kpe(plane, workdir, name=f"kpe-beside-{round_}", source=source, runtime=not args.test_venv)
     scheduler = rc.start_scheduler(rc.scheduler_config(plane, kpe.url + "/scheduler"), workdir, name=f"kube-scheduler-beside-{round_}")
     pods = [heterogeneous.pod(i, round_) for i in range(args.schedule)]
     try:

@@ -182,21 +182,49 @@ class Kpe:
         self.process.stop()
 
 
+def runtime_python() -> str:
+    """A Python with kpe's runtime dependencies and nothing else, as kpe's image installs them
+    (``pyproject.toml``'s ``dependencies``, at the versions this Python has), made once and kept
+    under ~/.cache/kpe-bench. Memory is measured there: the test extras bring packages that
+    kpe's dependencies import whenever they are installed (httpcore imports trio; httpx's
+    command line, pygments and with it html.entities), 3 to 4 MiB no deployed kpe holds."""
+    import hashlib
+    import importlib.metadata
+    import re
+    import tomllib
+
+    wanted = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pinned = []
+    for requirement in wanted:
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement)
+        assert name is not None, requirement
+        pinned.append(f"{name.group(0)}=={importlib.metadata.version(name.group(0))}")
+    venv = Path.home() / ".cache" / "kpe-bench" / ("runtime-" + hashlib.sha256(" ".join(sorted(pinned)).encode()).hexdigest()[:12])
+    python = venv / "bin" / "python"
+    if not (venv / "complete").exists():
+        print(f"a Python with kpe's runtime dependencies only: {venv}", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pinned], check=True)
+        (venv / "complete").touch()
+    return str(python)
+
+
 def start_kpe(plane: ControlPlane, workdir: Path, *, policies: Path = POLICIES, name: str = "kpe",
               extra: tuple[str, ...] = (), timeout: float = 600, source: Path | None = None,
-              profile: Path | None = None) -> tuple[Kpe, float]:
+              profile: Path | None = None, runtime: bool = False) -> tuple[Kpe, float]:
     """``kpe serve`` on one plain-HTTP port with cluster access; returns it and the seconds from start to /readyz.
     ``source``: run the kpe of another source tree instead (``python -m server.cli.main`` there), e.g. an older commit
     unpacked with ``git archive``. ``profile``: run it under cProfile, which writes that file when kpe exits (the event
-    loop's thread only: what the worker thread evaluates is not in it)."""
+    loop's thread only: what the worker thread evaluates is not in it). ``runtime``: run it on ``runtime_python()``,
+    without the test extras."""
     port = free_port()
     # The controllers a deployment runs; an environment variable, which a tree from before
     # --controllers existed ignores (it ran them all by default).
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "KPE_CONTROLLERS": "gates,reservations,requeue"}
     command = [kpe_executable()]
-    if source is not None:
-        command = [sys.executable, "-m", "server.cli"]
-        env["PYTHONPATH"] = str(source)
+    if source is not None or runtime:
+        command = [runtime_python() if runtime else sys.executable, "-m", "server.cli"]
+        env["PYTHONPATH"] = str(source or ROOT)
     if profile is not None:
         command = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "server.cli"]
     argv = [*command, "serve", "--policies", str(policies), "--host", "127.0.0.1", "--port", str(port),
