@@ -151,3 +151,32 @@ def test_a_reload_after_the_cache_stopped_is_not_held_back(api: FakeApiServer, k
         await task
 
     run(body)
+
+
+def test_a_bound_pod_keeps_no_resource_version_and_a_relist_replaces_only_the_pods_whose_projection_changed(
+        api: FakeApiServer, kubeconfig: str, tmp_path: Path) -> None:
+    store = store_with(tmp_path, COUNTS)
+    api.state.add_node(node("node-1"))
+    for name in ("annotated", "finished"):
+        api.state.add_pod(labelled(name, nodeName="node-1"))
+    api.state.add_pod(labelled("pending"))
+    events: list[tuple[str, str]] = []
+
+    async def body() -> None:
+        async with cache_on(kubeconfig, policies=store, on_event=lambda kind, type_, obj: events.append((type_, obj["metadata"]["name"]))) as (_, cache):
+            by_name = {p["metadata"]["name"]: p for p in cache.pods()}
+            assert "resourceVersion" not in by_name["annotated"]["metadata"]  # no policy reads it of a bound pod
+            assert by_name["pending"]["metadata"]["resourceVersion"]  # the subject of decisions stays whole
+            await asyncio.to_thread(api.state.wait_for_watches, 2)
+            # The pod watch down while both change, and the history compacted: the cache relists.
+            api.state.fail_next(2, 503, method="GET", path="/api/v1/pods")
+            api.state.drop_watches()
+            api.state.update("pods", "annotated", "demo", merge={"metadata": {"annotations": {"note": "changed"}}})
+            api.state.update("pods", "finished", "demo", merge={"status": {"phase": "Succeeded"}})
+            api.state.compact()
+            events.clear()
+            await eventually(lambda: cache.node_info["node-1"]["podCount"] == 1, what="the relist")
+            # A new resourceVersion whose projection is unchanged is no change to anything kpe reads.
+            assert events == [("MODIFIED", "finished")]
+
+    run(body)

@@ -207,7 +207,6 @@ KPE_READS = from_paths([
     ("metadata", "name"),
     ("metadata", "namespace"),
     ("metadata", "uid"),  # pod_key; victims answered by UID
-    ("metadata", "resourceVersion"),  # relist differences; gate controller's catch-up check
     ("metadata", "creationTimestamp"),
     ("metadata", "deletionTimestamp"),
     ("spec", "priority"),  # kube-scheduler's preemption dry run (engine.cluster.kubefilters): which pods are victims,

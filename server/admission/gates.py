@@ -255,7 +255,9 @@ def admission_order(pod: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def _caught_up(cached: dict[str, Any], released: dict[str, Any]) -> bool:
-    """Whether the cache's copy is at least as new as the one the patch returned."""
+    """Whether the cache's copy is at least as new as the one the patch returned. A released pod
+    the cache shows bound has no resourceVersion there (bound pods are projected without one)
+    and no gate: it has caught up."""
     have = str((cached.get("metadata") or {}).get("resourceVersion") or "")
     mine = str((released.get("metadata") or {}).get("resourceVersion") or "")
     if have.isdigit() and mine.isdigit():

@@ -24,7 +24,8 @@ reads cached pods, and what it reads of them (keep ``KPE_READS`` in step):
   ``kube.podRequests`` declares it reads (container and init container
   ``resources``, init containers' ``restartPolicy``, pod-level ``resources``,
   ``spec.overhead``); ``pod_key``: ``metadata.uid``, ``namespace``, ``name``;
-  ``_replace``: ``metadata.resourceVersion``.
+  a relist (``replace``): ``metadata.resourceVersion`` where the pod has one, and
+  a bound pod's projection, which keeps none, as a whole.
 - policies, through ``nodeInfo.pods`` (filters, scores, messages, node-scoped
   variables, preemption), ``victim``/``victims`` (``server.verbs.handlers``'s preempt
   verb resolves victims by UID with ``pod_by_uid``; it answers their
@@ -37,7 +38,8 @@ reads cached pods, and what it reads of them (keep ``KPE_READS`` in step):
   ``spec.nodeName``, ``status.phase``.
 - ``server.admission.gates`` (``pods()``, ``nodes()``): the above; the pods it decides
   and orders (``creationTimestamp``) are gated, so whole; its check that the
-  cache caught up with a release reads ``metadata.resourceVersion``.
+  cache caught up with a release reads ``metadata.resourceVersion`` (a released
+  pod seen bound has none, and has caught up: nothing holds it back).
 - ``server.admission.requeue`` (``pod_by_uid``): ``spec.nodeName``.
 - ``engine.cluster.kubefilters`` (``/apis/v1/explain?pod=``, kube-scheduler's preemption dry
   run over ``nodeInfo.pods``): ``spec.priority``, ``status.startTime``,
