@@ -180,3 +180,30 @@ def test_a_bound_pod_keeps_no_resource_version_and_a_relist_replaces_only_the_po
             assert events == [("MODIFIED", "finished")]
 
     run(body)
+
+
+def test_a_status_update_of_a_bound_pod_that_changes_nothing_kpe_reads_leaves_its_node_as_it_was(
+        api: FakeApiServer, kubeconfig: str, tmp_path: Path) -> None:
+    store = store_with(tmp_path, COUNTS)
+    api.state.add_node(node("node-1"))
+    api.state.add_node(node("node-2"))
+    for name, on in (("ready", "node-1"), ("done", "node-1"), ("other", "node-2")):
+        api.state.add_pod(labelled(name, nodeName=on))
+    api.state.update("pods", "ready", "demo", merge={"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+    events: list[tuple[str, str]] = []
+
+    async def body() -> None:
+        async with cache_on(kubeconfig, policies=store, on_event=lambda kind, type_, obj: events.append((type_, obj["metadata"]["name"]))) as (_, cache):
+            events.clear()  # the sync's
+            # A kubelet's updates: no policy here reads a condition's status or the pod's IP, nor does kpe.
+            api.state.update("pods", "ready", "demo", merge={"status": {"conditions": [{"type": "Ready", "status": "True"}], "podIP": "10.0.0.7"}})
+            api.state.update("pods", "done", "demo", merge={"status": {"phase": "Succeeded"}})  # read: it leaves nodeInfo
+            await eventually(lambda: cache.node_info["node-1"]["podCount"] == 1, what="the finished pod")
+            assert events == [("MODIFIED", "done")]
+            view = cache.node_info["node-1"]
+            api.state.update("pods", "ready", "demo", merge={"status": {"podIP": "10.0.0.8"}})
+            api.state.update("pods", "other", "demo", merge={"status": {"phase": "Succeeded"}})  # after it on the same watch
+            await eventually(lambda: cache.node_info["node-2"]["podCount"] == 0, what="the pod on the other node")
+            assert cache.node_info["node-1"] is view  # nothing of node-1 was made anew
+
+    run(body)

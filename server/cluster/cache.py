@@ -17,7 +17,9 @@ that node's pods change, because filter requests read it for every node.
 Every object is trimmed as it enters (``server.cluster.trim``: page by page while listing,
 so a first list never holds the untrimmed cluster); bound, ungated pods are also
 projected to what the served policy set and kpe read of them. ``server.cluster.trim`` says
-what reads cached pods, and what it reads of them.
+what reads cached pods, and what it reads of them. So a bound pod's update whose projection
+is the one cached (most of a kubelet's status updates) changes nothing anyone reads: it is
+not applied, and its node keeps its view and the answers remembered for it.
 
 A reload whose set reads a field the cache dropped must not serve before the
 pods have it: the cache registers a swap guard with the policy store, which
@@ -447,6 +449,12 @@ class ClusterCache:
             return
         rv = _rv(obj)  # before it enters: a bound pod's projection keeps no resourceVersion
         obj = self.enter(inf.kind, obj)
+        if kind == "MODIFIED" and inf.kind == "pod" and not _rv(obj) and (old := self._pods.get(pod_key(obj))) is not None and old == obj:
+            # A bound pod whose projection did not change (a kubelet's status updates: conditions,
+            # container states, IPs) changed nothing kpe reads: its node keeps its view and the
+            # answers worked out for it. Applied, each such event made the node's view anew.
+            inf.heard(rv)
+            return
         if kind in ("ADDED", "MODIFIED"):
             self._upsert(inf.kind, obj, str(kind))
         elif kind == "DELETED":
