@@ -19,7 +19,7 @@ so a first list never holds the untrimmed cluster); bound, ungated pods are also
 projected to what the served policy set and kpe read of them. ``server.cluster.trim`` says
 what reads cached pods, and what it reads of them. So a bound pod's update whose projection
 is the one cached (most of a kubelet's status updates) changes nothing anyone reads: it is
-not applied, and its node keeps its view and the answers remembered for it.
+not applied, and its node keeps its view and the answers remembered from it.
 
 A reload whose set reads a field the cache dropped must not serve before the
 pods have it: the cache registers a swap guard with the policy store, which
