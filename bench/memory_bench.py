@@ -191,8 +191,9 @@ def main() -> int:
         mf_bytes = sum(len(orjson.dumps(p["metadata"].get("managedFields", []))) for p in sample) / len(sample)
 
         # kpe (and any --also-source) alone, then kube-scheduler alone: each one's sync is its own.
+        trees: list[tuple[str, Path | None]] = [("kpe", None)] + [(f"kpe ({Path(d).name})", Path(d)) for d in args.also_source]
         kpes: list[tuple[str, float, dict[str, int]]] = []
-        for label, source in [("kpe", None)] + [(f"kpe ({Path(d).name})", Path(d)) for d in args.also_source]:
+        for label, source in trees:
             kpe, sync = rc.start_kpe(plane, workdir, name=label.replace(" ", "_").strip("()"), source=source, runtime=not args.test_venv)
             print(f"{label} synced in {sync:.1f} s", flush=True)
             kpes.append((label, sync, settle(kpe.process.popen.pid, args.settle)))
@@ -206,9 +207,7 @@ def main() -> int:
         scheduler.stop()
         # Each tree beside its own kube-scheduler, in turn, on the same cluster: the pods one
         # scheduled are deleted before the next starts.
-        besides = [(label, scheduled(plane, workdir, args, source=source, round_=r))
-                   for r, (label, source) in enumerate([("kpe", None)] + [(f"kpe ({Path(d).name})", Path(d)) for d in args.also_source])
-                   ] if args.schedule else []
+        besides = [(label, scheduled(plane, workdir, args, source=source, round_=r)) for r, (label, source) in enumerate(trees)] if args.schedule else []
 
     print()
     print(f"real kube-apiserver ({plane.binaries.version}), {args.nodes:,} nodes, {args.pods:,} bound pods "
