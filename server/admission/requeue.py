@@ -84,15 +84,16 @@ class Requeuer:
         if kind != "pod":
             return
         meta = pod.get("metadata") or {}
-        gone = event_type == "DELETED" or bool(meta.get("deletionTimestamp")) or bool((pod.get("spec") or {}).get("nodeName"))
-        if gone and self.rejected:
+        deleted = event_type == "DELETED" or bool(meta.get("deletionTimestamp"))
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        if (deleted or bound) and self.rejected:
             # Nearly every pod has some node rejected on its way to being bound: kept until the
             # oldest went first, 10,000 such pods took about 5 MiB for nothing to retry.
             self.forget(pod)
         if not (reservation := reservation_of(pod)):
             return
         uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-        if event_type == "DELETED" or meta.get("deletionTimestamp") or not (pod.get("spec") or {}).get("nodeName"):
+        if deleted or not bound:
             self.bound_placeholders.discard(uid)
             return
         if uid in self.bound_placeholders:
