@@ -449,7 +449,7 @@ class ClusterCache:
             return
         rv = _rv(obj)  # before it enters: a bound pod's projection keeps no resourceVersion
         obj = self.enter(inf.kind, obj)
-        if kind == "MODIFIED" and inf.kind == "pod" and not _rv(obj) and (old := self._pods.get(pod_key(obj))) is not None and old == obj:
+        if kind == "MODIFIED" and inf.kind == "pod" and (old := self._pods.get(pod_key(obj))) is not None and _same(old, obj):
             # A bound pod whose projection did not change (a kubelet's status updates: conditions,
             # container states, IPs) changed nothing kpe reads: its node keeps its view and the
             # answers worked out for it. Applied, each such event made the node's view anew.
@@ -561,7 +561,7 @@ def _rv(obj: Obj) -> str:
 
 
 def _same(old: Obj, new: Obj) -> bool:
-    """Whether a relisted object is the one cached: the same resourceVersion, or for a bound pod
+    """Whether a relisted or watched object is the one cached: the same resourceVersion, or for a bound pod
     (whose projection keeps none: a string of its own for each of 20,000 pods and a metadata
     table past its next size, 140 bytes a pod) the same projection. Its equal parts are one
     object each (``server.cluster.trim``), so comparing them is mostly comparing references."""
