@@ -267,6 +267,30 @@ def test_a_pod_seen_bound_while_a_filter_runs_still_counts_where_that_filter_rea
         assert applied and "n1" not in answer["NodeNames"] and answer["FailedNodes"]["n1"].startswith("one-per-team/spread")
 
 
+def test_a_filter_with_pods_in_flight_to_count_evaluates_the_pod_s_policies_once_and_counts_them_on_the_worker(
+    api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from server.verbs import handlers
+
+    for url, state in kpe(api, tmp_path, ONE_PER_TEAM):
+        first, second = create(api, "a1"), create(api, "a2")
+        assert filter_(url, first)["NodeNames"] == ["n1", "n2"]
+        assert filter_(url, second)["NodeNames"] == []  # a1 in flight on both, measured and remembered
+        real, calls = handlers.filter_nodes, []
+
+        def counting_calls(*args: Any, **kwargs: Any) -> Any:
+            calls.append(kwargs.get("inline_s"))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(handlers, "filter_nodes", counting_calls)
+        before = state.metrics.offloaded.labels("filter")._value.get()
+        refused = filter_(url, create(api, "a3"))
+        # Once, on the event loop (every node remembered); only counting a1 went to the worker.
+        assert refused["NodeNames"] == [] and refused["FailedNodes"]["n1"].startswith("one-per-team/spread")
+        assert calls == [handlers.INLINE_BUDGET_S]
+        assert state.metrics.offloaded.labels("filter")._value.get() == before + 1
+
+
 def test_without_the_accounting_the_burst_goes_past_the_limit(api: FakeApiServer, tmp_path: Path) -> None:
     for url, _ in kpe(api, tmp_path, ONE_PER_TEAM, in_flight_s=0):
         first, second = create(api, "a1"), create(api, "a2")

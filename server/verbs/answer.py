@@ -81,15 +81,32 @@ INLINE_BUDGET_S = 0.005
 T = TypeVar("T")
 
 
+class Remaining(Exception):
+    """Raised by a decision on the event loop once the part it could do there is done: what is
+    left (``rest``, called as a decision is, with no inline budget) is evaluation of its own, and
+    runs on the worker thread without the part done being done again. A filter whose pods in
+    flight are to be counted used to be evaluated whole a second time on the worker, its
+    equivalence classes asked twice."""
+
+    def __init__(self, rest: Callable[[float | None], Any]) -> None:
+        super().__init__("the rest of the decision runs on the worker thread")
+        self.rest = rest
+
+
 async def evaluate(state: ServerState, verb: str, decide: Callable[[float | None], T]) -> T:
     """``decide(inline_s)`` on the event loop when the worker is idle (so the two never share the
     equivalence cache) and the engine expects it to fit the inline budget, else ``decide(None)``
     on the worker thread: the engine raises ``Offload`` before evaluating anything it cannot
-    vouch for (a class whose cost is not measured yet, a request without a class)."""
+    vouch for (a class whose cost is not measured yet, a request without a class). A decision
+    that raises ``Remaining`` has its rest run on the worker instead."""
+    rest: Callable[[float | None], Any] = decide
     if state.worker.idle:
         try:
             return decide(INLINE_BUDGET_S)
         except Offload:
             pass
+        except Remaining as left:
+            rest = left.rest
     state.metrics.offloaded.labels(verb).inc()
-    return await state.worker.run(decide, None)
+    done: T = await state.worker.run(rest, None)
+    return done

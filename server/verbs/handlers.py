@@ -31,8 +31,8 @@ from engine.policy.model import PolicySet
 from server.http.responses import HTTPProblem, parse_json
 from server.http.wire import ExtenderArgs, decode_extender_args, filter_result, host_priority, host_priority_json, host_priority_list
 from server.state import ServerState
-from server.verbs.inflight import counted, in_flight, record
-from server.verbs.answer import GENERATION_HEADER, INLINE_BUDGET_S, NO_CLUSTER, Answer, cache_unusable, evaluate
+from server.verbs.inflight import counted, in_flight, record, to_count
+from server.verbs.answer import GENERATION_HEADER, INLINE_BUDGET_S, NO_CLUSTER, Answer, Remaining, cache_unusable, evaluate
 from server.verbs.lookahead import Expected
 from server.verbs.reserved import keep_off_reserved
 from server.verbs.wholenodes import remember_nodes
@@ -96,11 +96,19 @@ async def handle_filter(raw: bytes, deadline: Deadline, state: ServerState) -> A
     memo = state.equivalence if args.nodes is None or state.cache is not None else None
 
     def decide(inline_s: float | None) -> FilterResult:
-        flying = in_flight(state)  # before the filter reads any nodeInfo (counted says why)
+        flying = in_flight(state)  # before the filter reads any nodeInfo (to_count says why)
         result = filter_nodes(policy_set, args.pod, nodes, node_info=state.node_info(), memo=memo, deadline=deadline, inline_s=inline_s,
                               counts=state.counts(), namespaces=state.namespaces(), dra=state.dra())
-        return keep_off_reserved(state, policy_set, args.pod, nodes,
-                                 counted(state, policy_set, args.pod, nodes, result, inline_s=inline_s, deadline=deadline, flying=flying))
+        todo = to_count(state, policy_set, args.pod, result, flying)
+        if todo is None:
+            return keep_off_reserved(state, policy_set, args.pod, nodes, result)
+
+        def count(_: float | None) -> FilterResult:
+            return keep_off_reserved(state, policy_set, args.pod, nodes, counted(state, policy_set, args.pod, nodes, result, todo, deadline=deadline))
+
+        if inline_s is not None:
+            raise Remaining(count)  # counting the pods in flight is evaluation: the filter's result goes with it
+        return count(None)
 
     result = await evaluate(state, "filter", decide)
     record(state, policy_set, args.pod, result.passed)  # before the answer goes: the scheduler's next filter finds it

@@ -13,13 +13,13 @@ were passed. It is done on the event loop before the answer is written, so the s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from engine.cluster.nodeinfo import NodesByName
 from engine.decisions.deadline import Deadline
 from engine.cluster.inflight import InFlight
 from engine.decisions.filtering import FilterResult
-from engine.equivalence.memo import Offload
 from engine.equivalence.inflight import Counting, count_across, count_in_flight, counting_policies, in_flight_counts, pods_in_flight
 from engine.policy.model import PolicySet
 
@@ -35,39 +35,51 @@ def counting(state: ServerState, policy_set: PolicySet) -> Counting:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class ToCount:
+    """What ``counted`` evaluates for one filter result: the pods in flight on the nodes it
+    passed (``on``), and whether policies that read ``counts`` must count them (``across``)."""
+
+    on: dict[str, list[Mapping[str, Any]]]
+    across: bool
+    flying: InFlight
+
+
+def to_count(state: ServerState, policy_set: PolicySet, pod: Mapping[str, Any], result: FilterResult, flying: InFlight | None) -> ToCount | None:
+    """What the pods in flight leave to evaluate for ``result`` (None: nothing, the answer is
+    ``result``): a few checks, no evaluation, so made where the filter ran.
+
+    ``flying``: the pods in flight as they were before ``result`` read any ``nodeInfo``
+    (``in_flight``), None when there were none. On the worker thread the event loop goes on
+    applying watch events: a pod seen bound after the filter read its node, and no longer in
+    flight when ``counted`` reads it, would count nowhere, and a burst would go past a per-node limit.
+    Read before, each such pod counts in flight (and perhaps bound as well: a node refused that
+    had room, retried, never one overfilled)."""
+    if state.cache is None or flying is None:
+        return None
+    on = pods_in_flight(result, counting(state, policy_set), pod, flying)
+    across = bool(result.passed) and bool(counting_policies(policy_set, result))
+    return ToCount(on, across, flying) if on or across else None
+
+
 def counted(
     state: ServerState,
     policy_set: PolicySet,
     pod: Mapping[str, Any],
     nodes: list[dict[str, Any]] | NodesByName,
     result: FilterResult,
+    todo: ToCount,
     *,
-    inline_s: float | None,
     deadline: Deadline,
-    flying: InFlight | None,
 ) -> FilterResult:
     """``result`` with the nodes failed where the pods in flight there make the filters reject
-    ``pod``. Evaluated on the worker: with ``inline_s`` (on the event loop) and anything to
-    evaluate, ``Offload``.
-
-    ``flying``: the pods in flight as they were before ``result`` read any ``nodeInfo``
-    (``in_flight``), None when there were none. On the worker thread the event loop goes on
-    applying watch events: a pod seen bound after the filter read its node, and no longer in
-    flight when this reads it, would count nowhere, and a burst would go past a per-node limit.
-    Read before, each such pod counts in flight (and perhaps bound as well: a node refused that
-    had room, retried, never one overfilled)."""
+    ``pod`` (``todo``, from ``to_count``). An evaluation of its own: the filter's verb runs it
+    on the worker thread, once the filter itself is done (``server.verbs.handlers``)."""
     cache = state.cache
-    if cache is None or flying is None:
-        return result
-    needed = counting(state, policy_set)
-    on = pods_in_flight(result, needed, pod, flying)
-    across = in_flight_counts(cache.count_index, flying, pod) if result.passed and counting_policies(policy_set, result) else None
-    if not on and across is None:
-        return result
-    if inline_s is not None:
-        raise Offload(len(on) or len(result.passed), None)
-    if on:
-        count_in_flight(result, needed, pod, nodes, on, node_info=state.node_info(), deadline=deadline, counts=cache.counts,
+    assert cache is not None
+    across = in_flight_counts(cache.count_index, todo.flying, pod) if todo.across else None
+    if todo.on:
+        count_in_flight(result, counting(state, policy_set), pod, nodes, todo.on, node_info=state.node_info(), deadline=deadline, counts=cache.counts,
                         namespaces=state.namespaces(), dra=state.dra())
     count_across(result, policy_set, pod, nodes, across, node_info=state.node_info(), deadline=deadline, namespaces=state.namespaces(), dra=state.dra())
     return result
