@@ -51,13 +51,21 @@ class Counting:
 
     policies: PolicySet | None
     requested: frozenset[str]  # the policies among them that read more of nodeInfo than its pods
+    # The policies whose filters read ``counts``: evaluated again with the pods in flight counted
+    # in every domain (``count_across``). Worked out here once, not on every filter.
+    counters: tuple[Policy, ...] = ()
 
     @staticmethod
     def of(policy_set: PolicySet, reads: Callable[[Policy], PolicyReads]) -> Counting:
+        counters = tuple(p for p in policy_set.policies if p.filters and reads_counts(p)) if policy_set.counts else ()
         counting = tuple(p for p in policy_set.policies if p.filters and reads(p).reads_node_info("filter"))
         if not counting:
-            return Counting(None, frozenset())
-        return Counting(policy_set.subset(counting), frozenset(p.name for p in counting if any(_reads_more_than_pods(e.root) for e in _expressions(p))))
+            return Counting(None, frozenset(), counters)
+        return Counting(policy_set.subset(counting), frozenset(p.name for p in counting if any(_reads_more_than_pods(e.root) for e in _expressions(p))), counters)
+
+    def counting_policies(self, result: FilterResult) -> tuple[Policy, ...]:
+        """The policies ``result`` matched whose filters read ``counts``."""
+        return tuple(p for p in self.counters if p.name in result.matched) if self.counters else ()
 
 
 def _expressions(policy: Policy) -> list[Expression]:
@@ -142,13 +150,6 @@ def in_flight_counts(index: CountIndex, in_flight: InFlight | None, pod: Mapping
     return Counts(Adjusted(index, added=[(p, index.domains_of(nodes)) for p, nodes in held]))
 
 
-def counting_policies(policy_set: PolicySet, result: FilterResult) -> tuple[Policy, ...]:
-    """The policies ``result`` matched whose filters read ``counts``."""
-    if not policy_set.counts:
-        return ()
-    return tuple(p for p in policy_set.policies if p.name in result.matched and p.filters and reads_counts(p))
-
-
 def count_across(
     result: FilterResult,
     policy_set: PolicySet,
@@ -156,6 +157,7 @@ def count_across(
     nodes: Sequence[Mapping[str, Any]] | NodesByName,
     counts: Counts | None,
     *,
+    policies: tuple[Policy, ...] | None = None,
     node_info: Mapping[str, Any] | None,
     now: Any = None,
     deadline: Deadline | None = None,
@@ -163,8 +165,10 @@ def count_across(
 ) -> int:
     """Fail the nodes ``result`` passed where the matching policies that read ``counts`` reject
     ``pod`` with the pods in flight counted (``counts``, from ``in_flight_counts``); how many
-    it failed. Changes ``result`` in place."""
-    policies = counting_policies(policy_set, result)
+    it failed. Changes ``result`` in place. ``policies``: those of ``result``'s matched whose
+    filters read ``counts`` (``Counting.counting_policies``; worked out here when not given)."""
+    if policies is None:
+        policies = tuple(p for p in policy_set.policies if p.name in result.matched and p.filters and reads_counts(p)) if policy_set.counts else ()
     if counts is None or not result.passed or not policies:
         return 0
     objects = _nodes_named(nodes, dict.fromkeys(result.passed))

@@ -20,8 +20,8 @@ from engine.cluster.nodeinfo import NodesByName
 from engine.decisions.deadline import Deadline
 from engine.cluster.inflight import InFlight
 from engine.decisions.filtering import FilterResult
-from engine.equivalence.inflight import Counting, count_across, count_in_flight, counting_policies, in_flight_counts, pods_in_flight
-from engine.policy.model import PolicySet
+from engine.equivalence.inflight import Counting, count_across, count_in_flight, in_flight_counts, pods_in_flight
+from engine.policy.model import Policy, PolicySet
 
 from server.state import ServerState
 
@@ -41,7 +41,7 @@ class ToCount:
     passed (``on``), and whether policies that read ``counts`` must count them (``across``)."""
 
     on: dict[str, list[Mapping[str, Any]]]
-    across: bool
+    across: tuple[Policy, ...]  # the matched policies whose filters read counts
     flying: InFlight
 
 
@@ -57,8 +57,9 @@ def to_count(state: ServerState, policy_set: PolicySet, pod: Mapping[str, Any], 
     had room, retried, never one overfilled)."""
     if state.cache is None or flying is None:
         return None
-    on = pods_in_flight(result, counting(state, policy_set), pod, flying)
-    across = bool(result.passed) and bool(counting_policies(policy_set, result))
+    needed = counting(state, policy_set)
+    on = pods_in_flight(result, needed, pod, flying)
+    across = needed.counting_policies(result) if result.passed else ()
     return ToCount(on, across, flying) if on or across else None
 
 
@@ -81,7 +82,7 @@ def counted(
     if todo.on:
         count_in_flight(result, counting(state, policy_set), pod, nodes, todo.on, node_info=state.node_info(), deadline=deadline, counts=cache.counts,
                         namespaces=state.namespaces(), dra=state.dra())
-    count_across(result, policy_set, pod, nodes, across, node_info=state.node_info(), deadline=deadline, namespaces=state.namespaces(), dra=state.dra())
+    count_across(result, policy_set, pod, nodes, across, policies=todo.across, node_info=state.node_info(), deadline=deadline, namespaces=state.namespaces(), dra=state.dra())
     return result
 
 
