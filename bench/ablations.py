@@ -11,7 +11,7 @@ Each tree is ``git archive HEAD`` (the committed tree, not the working copy) wit
 
 - ``no-in-flight``: no pods in flight (engine/cluster/inflight.py): the filter verb neither
   records the nodes it passed a pod on nor judges a node with the pods in flight there
-  (``server.verbs.inflight.counted`` and ``record`` return at once);
+  (``server.verbs.inflight.to_count`` and ``record`` return at once);
 - ``no-counts``: the shipped policies without the three that read ``counts``
   (``app-zone-cap``, ``team-node-cap``, ``team-pod-cap``, added with the feature): with no policy
   reading it, the cache keeps no count index and nothing counts across nodes;
@@ -48,8 +48,8 @@ def _replace(path: Path, old: str, new: str) -> None:
 
 def no_in_flight(tree: Path) -> None:
     source = tree / "server/verbs/inflight.py"
-    _replace(source, '    """``result`` with the nodes failed where the pods in flight there make the filters reject\n',
-             '    return result  # ablation: no pods in flight\n    """``result`` with the nodes failed where the pods in flight there make the filters reject\n')
+    _replace(source, '    """What the pods in flight leave to evaluate for ``result`` (None: nothing, the answer is\n',
+             '    return None  # ablation: no pods in flight\n    """What the pods in flight leave to evaluate for ``result`` (None: nothing, the answer is\n')
     _replace(source, '    """The filter passed ``pod`` on ``passed``: it counts there until kpe sees it placed."""\n',
              '    """The filter passed ``pod`` on ``passed``: it counts there until kpe sees it placed."""\n    return  # ablation: no pods in flight\n')
 
