@@ -1041,3 +1041,43 @@ def test_a_policy_s_digest_follows_its_document_its_file_and_the_values_of_its_c
     three, four = (load_text(params, file="teams.yaml", cluster_params={ref: {"cap": v}}).policies[0] for v in ("3", "4"))
     assert three.params == {"cap": 3}
     assert policy_digest(three) != policy_digest(four)
+
+
+TEAM_MATCH = """apiVersion: kpe.dev/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: team-match}
+spec:
+  match:
+    expression: "pod.metadata.?labels[?'team'].orValue('') != ''"
+  filters:
+  - name: any
+    expression: "true"
+"""
+
+
+def test_the_pod_asked_about_last_keeps_its_match_outcomes_by_identity_until_an_input_or_the_policy_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.equivalence.classes as classes
+
+    policy = load_text(TEAM_MATCH).policies[0]
+    memo = EquivalenceCache()
+    fingerprints: list[Any] = []
+    real = classes.pod_fingerprint
+    monkeypatch.setattr(classes, "pod_fingerprint", lambda *args, **kwargs: fingerprints.append(args[0]) or real(*args, **kwargs))
+    evaluated: list[str] = []
+
+    def asked(pod: dict[str, Any], fixed: dict[str, Any] | None = None, *, of: Any = policy) -> Any:
+        return memo.match(of, pod, lambda: evaluated.append(pod["metadata"]["name"]) or f"outcome of {pod['metadata']['name']}", fixed)
+
+    web = {"metadata": {"name": "web-1", "labels": {"team": "web"}}}
+    namespace = {"metadata": {"name": "apps"}}
+    assert asked(web, {"namespaceObject": namespace}) == "outcome of web-1"
+    # The filter's pod again, as the prioritize worked out ahead asks: no fingerprint, no evaluation.
+    assert asked(web, {"namespaceObject": namespace}) == "outcome of web-1"
+    assert (fingerprints, evaluated) == ([web], ["web-1"])
+    # An equal pod of another object: by its fingerprint, as a replica is.
+    replica = copy.deepcopy(web)
+    assert asked(replica, {"namespaceObject": namespace}) == "outcome of web-1" and fingerprints == [web, replica]
+    # The same object under another namespace object, or a changed policy of the same name: asked anew.
+    assert asked(replica, {"namespaceObject": copy.deepcopy(namespace)}) == "outcome of web-1" and len(fingerprints) == 3
+    changed = load_text(TEAM_MATCH.replace("!= ''", "== 'web'")).policies[0]
+    assert asked(replica, {"namespaceObject": namespace}, of=changed) == "outcome of web-1" and evaluated == ["web-1", "web-1"]

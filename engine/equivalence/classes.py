@@ -76,6 +76,12 @@ class EquivalenceCache:
         # Outcomes of matches that read dra, all under ``_matches_dra`` (the DRA objects they were worked out with).
         self._dra_matches: dict[tuple[str, bytes], tuple[bytes, Outcome]] = {}
         self._matches_dra: Any = None
+        # The last pod asked about, and its outcomes by policy name (with the policy's digest and
+        # the request's inputs they were worked out with): the filter and the prioritize worked out
+        # ahead of it ask about the very same pod object, and its fingerprints were half of what
+        # matching cost. Held, so its identity is not another pod's.
+        self._pod: Any = None
+        self._pod_outcomes: dict[str, tuple[bytes, Any, Any, Outcome]] = {}
         # A prioritize answer's entry prefix per node name (``prefixes``), of the one encoder met.
         self._encoder: Any = None
         self._prefixes: dict[str, bytes] = {}
@@ -179,12 +185,27 @@ class EquivalenceCache:
         template share it, so a request no longer binds and runs every match expression.
         ``fixed``: the request's inputs beside the pod (its ``namespaceObject``, ``dra``). A
         match that reads ``dra`` (the shipped GPU policies: a pod claims GPUs through DRA) is
-        remembered while ``dra`` is the same object, that is until a DRA object changes."""
+        remembered while ``dra`` is the same object, that is until a DRA object changes. The
+        pod asked about last (a filter's, then the prioritize worked out ahead of it: one object)
+        has its outcomes kept by identity, without its fingerprint worked out again."""
         reads = self.reads(policy)
         if self.classes <= 0 or reads.match_paths is None:
             return evaluate()
         fixed = fixed or {}
-        fingerprint = pod_fingerprint(pod, reads.match_paths)
+        namespace, dra = fixed.get("namespaceObject"), fixed.get("dra")
+        if pod is self._pod:
+            seen = self._pod_outcomes.get(policy.name)
+            if seen is not None and seen[0] == reads.digest and seen[1] is namespace and seen[2] is dra:
+                return seen[3]
+        else:
+            self._pod, self._pod_outcomes = pod, {}
+        outcome = self._match(policy, reads, pod, evaluate, fixed)
+        self._pod_outcomes[policy.name] = (reads.digest, namespace, dra, outcome)
+        return outcome
+
+    def _match(self, policy: Policy, reads: PolicyReads, pod: Mapping[str, Any], evaluate: Callable[[], Outcome], fixed: Mapping[str, Any]) -> Outcome:
+        """``match`` for a pod not asked about just before: by its fingerprint."""
+        fingerprint = pod_fingerprint(pod, reads.match_paths or ())
         if fingerprint is not None and reads.match_namespace_paths:
             seen = namespace_fingerprint(fixed.get("namespaceObject"), reads.match_namespace_paths)
             fingerprint = None if seen is None else fingerprint + seen
