@@ -594,3 +594,18 @@ def test_watch_events_cut_anywhere_by_the_stream_reach_the_cache_whole_and_in_or
     # Each event applied is counted with the time it took (31 pod events: 30 added, 1 deleted).
     assert metrics.registry.get_sample_value("kpe_cache_events_total", {"kind": "pod"}) == 31
     assert (metrics.registry.get_sample_value("kpe_cache_event_seconds_total", {"kind": "pod"}) or 0) > 0
+
+
+def test_an_idle_connection_outlives_a_lease_renewal_period_so_each_renewal_reuses_it(kubeconfig: str) -> None:
+    from server.cluster.kube import IDLE_CONNECTION_S
+    from server.settings import Settings
+
+    async def body() -> None:
+        async with client_on(kubeconfig) as client:
+            pool = client._session.http._transport._pool  # httpx's connection pool (httpcore)
+            # httpx's default (5 s) is the renewal period of the default Lease (15 s / 3): every
+            # renewal found its connection just expired, and opened a new TLS connection.
+            assert pool._keepalive_expiry == IDLE_CONNECTION_S > Settings().lease_duration_s / 3
+            assert IDLE_CONNECTION_S < 90  # kube-apiserver's own idle timeout: it must not close first
+
+    asyncio.run(body())

@@ -75,6 +75,11 @@ WATCH_READ_SLACK_S = 30.0
 # A peer that vanished without a word (a node gone, a NAT entry dropped) leaves a watch
 # socket open and silent: TCP keepalive probes find out within about idle + interval * count.
 KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_COUNT = 30, 10, 3
+# How long an idle connection is kept for the next request. httpx's 5 s is the Lease renewal's
+# period (15 s / 3): the connection expired just before each renewal, which made a new TLS
+# connection to kube-apiserver every 5 s (12 of an idle kpe's 19 connections a minute). Below
+# kube-apiserver's own idle timeout (90 s), which a server closing first would race.
+IDLE_CONNECTION_S = 30.0
 # Rotated files (a projected service-account token, cert-manager's certificates) are noticed
 # by their stat at most this often; a request costs no system call in between.
 FILE_CHECK_INTERVAL_S = 1.0
@@ -410,7 +415,8 @@ class Session:
             headers["Authorization"] = f"Bearer {credentials.token}"
         self.extensions: dict[str, Any] = {"sni_hostname": credentials.tls_server_name} if credentials.tls_server_name else {}
         self.http = httpx.AsyncClient(base_url=credentials.server, headers=headers, verify=self.tls if self.tls is not None else _default_tls(),
-                                      timeout=timeout, proxy=credentials.proxy or None, follow_redirects=True)
+                                      timeout=timeout, proxy=credentials.proxy or None, follow_redirects=True,
+                                      limits=httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=IDLE_CONNECTION_S))
         self.users = 0
         self.retired = False
 
