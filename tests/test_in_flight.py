@@ -262,7 +262,7 @@ def test_a_pod_seen_bound_while_a_filter_runs_still_counts_where_that_filter_rea
 
         monkeypatch.setattr(handlers, "filter_nodes", filter_then_a1_seen_bound)
         # a1 counts where the filter judged without it: in flight, as it was when the filter began
-        # (or bound, if the answer was worked out again after the binding). Never on n1 uncounted.
+        # (the counting on the worker reads the pods in flight of then). Never on n1 uncounted.
         answer = filter_(url, second)
         assert applied and "n1" not in answer["NodeNames"] and answer["FailedNodes"]["n1"].startswith("one-per-team/spread")
 
